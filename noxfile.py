@@ -1,0 +1,57 @@
+"""attnforge's sessions. `nox -l` lists them; each docstring says what it does.
+
+Arguments after `--` go to the command a session runs, e.g. `nox -s build-wheels -- --target release`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["lint", "tests"]
+
+PYTHON = "3.11"
+# Real builds CI runs, by test id substring; the rest of @slow runs with `nox -s tests -- --slow`.
+CI_SLOW_ALLOWLIST: list[str] = []
+
+
+def _install(session: nox.Session, extras: str = "") -> None:
+    session.install("-e", f".{extras}")
+
+
+@nox.session(name="build-wheels", python=PYTHON)
+def build_wheels(session: nox.Session) -> None:
+    """Build the wheels of a matrix target (default: `default`) into wheels/. Args go to `attnforge build`."""
+    _install(session)
+    session.run("attnforge", "build", *(session.posargs or ["--target", "default"]))
+
+
+@nox.session(python=PYTHON)
+def plan(session: nox.Session) -> None:
+    """Print the cells of a target with validity and reasons. Args go to `attnforge plan`."""
+    _install(session)
+    session.run("attnforge", "plan", *(session.posargs or ["--target", "default"]))
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Run the test suite (unit + integration with real Docker, pip and index servers; GPU tests skip)."""
+    _install(session, "[dev]")
+    args = session.posargs or ["-m", "not gpu and not slow", "tests"]
+    session.run("pytest", *args, env={"ATTNFORGE_TEST_PYTHON": session.python or PYTHON, **_ci_env()})
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff (lint + format check) and mypy --strict on src/."""
+    _install(session, "[dev]")
+    session.run("ruff", "check", "src", "tests", "noxfile.py")
+    session.run("ruff", "format", "--check", "src", "tests", "noxfile.py")
+    session.run("mypy")
+
+
+def _ci_env() -> dict[str, str]:
+    return {"CI": os.environ["CI"]} if "CI" in os.environ else {}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Prepare a fresh Debian 12 machine for attnforge: Docker engine (started here), debootstrap, ccache, nox.
+# Idempotent: re-running only checks. Needs root (or sudo). Usage: bash scripts/setup-host.sh
+set -euo pipefail
+
+SUDO=""
+if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+
+need_pkgs=()
+[ -x /usr/bin/docker ] && command -v dockerd >/dev/null || need_pkgs+=(docker.io)
+command -v debootstrap >/dev/null || need_pkgs+=(debootstrap)
+command -v ccache >/dev/null || need_pkgs+=(ccache)
+command -v ninja >/dev/null || need_pkgs+=(ninja-build)
+if [ "${#need_pkgs[@]}" -gt 0 ]; then
+  echo "setup-host: installing ${need_pkgs[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+if ! /usr/bin/docker info >/dev/null 2>&1; then
+  echo "setup-host: starting dockerd (log: /var/log/attnforge-dockerd.log)"
+  $SUDO bash -c 'setsid dockerd >/var/log/attnforge-dockerd.log 2>&1 < /dev/null &'
+  for _ in $(seq 1 60); do
+    /usr/bin/docker info >/dev/null 2>&1 && break
+    sleep 1
+  done
+  /usr/bin/docker info >/dev/null 2>&1 || { echo "setup-host: dockerd did not start; see /var/log/attnforge-dockerd.log" >&2; exit 5; }
+fi
+echo "setup-host: docker engine $(/usr/bin/docker version --format '{{.Server.Version}}') is up"
+
+PY="${ATTNFORGE_PYTHON:-python3}"
+if ! command -v nox >/dev/null; then
+  echo "setup-host: installing nox"
+  "$PY" -m pip install -q nox
+fi
+echo "setup-host: ready ($(nox --version 2>&1 | head -1) on $("$PY" --version))"

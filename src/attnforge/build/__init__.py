@@ -1,0 +1,1 @@
+"""The build engine: plan cells into real wheels (docker or local backend)."""

@@ -1,0 +1,1 @@
+"""One module per CLI command; each defines `command` (a click.Command), added by attnforge.cli."""

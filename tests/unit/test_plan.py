@@ -1,0 +1,121 @@
+"""Target expansion (GitHub Actions' include/exclude semantics), names and kernel-set keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnforge.compat import CompatData
+from attnforge.errors import ConfigurationError, NothingToDoError
+from attnforge.matrix_file import parse_matrix
+from attnforge.plan import plan_target, select_cells
+
+MATRIX = """\
+version: 1
+kernels:
+  flash-attn: {{version: "2.8.3", source: {{sha256: "{sha}"}}}}
+profiles:
+  full: {{}}
+  lean: {{tag: lean, head_dims: [128], disable: [backward]}}
+defaults: {{kernel: flash-attn, cxx11_abi: true, platform: x86_64, profile: full}}
+targets:
+  t:
+{body}
+"""
+SHA = "1" * 64
+
+
+def plan(body: str, data: CompatData, target: str = "t"):  # type: ignore[no-untyped-def]
+    return plan_target(parse_matrix(MATRIX.format(sha=SHA, body=body)), target, data)
+
+
+def test_product_and_names(mini_compat: CompatData) -> None:
+    p = plan(
+        "    matrix: {toolkit: [cuda13.0], torch: ['2.14'], python: ['3.11', '3.12'], arch: [sm_90], profile: [lean]}",
+        mini_compat,
+    )
+    assert [c.python for c in p.valid] == ["3.11", "3.12"]
+    c = p.valid[0]
+    assert c.torch == "2.14.1"
+    assert c.variant == "cu130-torch2.14"
+    assert c.local_version == "cu130torch2.14cxx11abiTRUE.lean"
+    assert c.wheel_name == "flash_attn-2.8.3+cu130torch2.14cxx11abiTRUE.lean-cp311-cp311-linux_x86_64.whl"
+    assert c.id == "flash-attn-2.8.3-cu130-torch2.14.1-cp311-abi1-sm90-lean-x86_64"
+    # Python is not part of the kernel-set key: both cells share compiled kernels
+    assert len(p.kernel_sets()) == 1
+    assert p.summary() == {
+        "target": "t", "cells": 2, "valid": 2, "invalid": 0, "kernel_sets": 1, "variants": ["cu130-torch2.14"],
+    }
+
+
+def test_full_profile_has_no_tag_and_abi_false_variant(mini_compat: CompatData) -> None:
+    p = plan(
+        "    matrix: {toolkit: [cuda12.4], torch: ['2.6'], python: ['3.11'], cxx11_abi: [false], arch: [sm_80]}",
+        mini_compat,
+    )
+    c = p.valid[0]
+    assert c.local_version == "cu124torch2.6cxx11abiFALSE"
+    assert c.variant == "cu124-torch2.6-cxx11abiFALSE"
+
+
+def test_key_changes_with_arches_profile_and_torch(mini_compat: CompatData) -> None:
+    p = plan(
+        "    matrix: {toolkit: [cuda12.8], torch: ['2.8'], python: ['3.12'], arch: [sm_90, [sm_80, sm_90]],"
+        " profile: [full, lean]}",
+        mini_compat,
+    )
+    assert len(p.valid) == 4 and len(p.kernel_sets()) == 4
+
+
+def test_exclude_and_include(mini_compat: CompatData) -> None:
+    body = """\
+    matrix: {toolkit: [cuda12.8], torch: ['2.8'], python: ['3.11', '3.12'], arch: [sm_90]}
+    exclude:
+      - {python: '3.11'}
+    include:
+      - {python: '3.12', profile: lean}
+      - {toolkit: cuda13.0, torch: '2.14', python: '3.13', arch: [sm_90, sm_100]}
+"""
+    p = plan(body, mini_compat)
+    got = sorted((c.python, c.profile, str(c.toolkit), c.arches) for c in p.valid)
+    assert got == [
+        ("3.12", "lean", "cuda12.8", ("sm_90",)),  # include extended the matching combination
+        ("3.13", "full", "cuda13.0", ("sm_90", "sm_100")),  # include that matched nothing added a cell
+    ]
+
+
+def test_invalid_cells_carry_reasons(mini_compat: CompatData) -> None:
+    p = plan("    matrix: {toolkit: [cuda12.8], torch: ['2.8'], python: ['3.12', '3.14'], arch: [sm_90]}", mini_compat)
+    assert len(p.invalid) == 1
+    assert p.invalid[0].reasons()[0].startswith("[torch-python]")
+    js = p.to_json()
+    assert js["summary"]["invalid"] == 1
+    assert any(not c["valid"] and c["reasons"] for c in js["cells"])
+
+
+def test_unknown_target_and_profile(mini_compat: CompatData) -> None:
+    with pytest.raises(ConfigurationError, match="no target named 'tt'.*did you mean 't'"):
+        plan("    matrix: {toolkit: [cuda12.8], torch: ['2.8'], python: ['3.12'], arch: [sm_90]}", mini_compat, "tt")
+    with pytest.raises(ConfigurationError, match="profile 'leen'.*did you mean 'lean'"):
+        plan(
+            "    matrix: {toolkit: [cuda12.8], torch: ['2.8'], python: ['3.12'], arch: [sm_90], profile: [leen]}",
+            mini_compat,
+        )
+
+
+def test_empty_target(mini_compat: CompatData) -> None:
+    body = "    matrix: {toolkit: [cuda12.8], torch: ['2.8'], python: ['3.12'], arch: [sm_90]}\n    exclude:\n      - {python: '3.12'}"
+    with pytest.raises(NothingToDoError, match="expands to no cell"):
+        plan(body, mini_compat)
+
+
+def test_select_cells(mini_compat: CompatData) -> None:
+    p = plan("    matrix: {toolkit: [cuda12.8], torch: ['2.8'], python: ['3.12', '3.14'], arch: [sm_90]}", mini_compat)
+    good = p.valid[0].id
+    assert [c.id for c in select_cells(p, [good])] == [good]
+    with pytest.raises(ConfigurationError, match="is impossible: \\[torch-python\\]"):
+        select_cells(p, [p.invalid[0].cell.id])
+    with pytest.raises(ConfigurationError, match="did you mean"):
+        select_cells(p, [good[:-2]])
+    all_bad = plan("    matrix: {toolkit: [cuda12.8], torch: ['2.8'], python: ['3.14'], arch: [sm_90]}", mini_compat)
+    with pytest.raises(NothingToDoError, match="no valid cell"):
+        select_cells(all_bad, [])
