@@ -52,7 +52,7 @@ class Cell:
     profile: str
     platform: str = "x86_64"
     torch_variant: str | None = None  # the torch wheel variant it builds against (cu130, rocm6.4)
-    profile_spec: ProfileSpec = field(default_factory=ProfileSpec, compare=False, hash=False)
+    profile_spec: ProfileSpec = field(default_factory=lambda: ProfileSpec(), compare=False, hash=False)
     source_sha256: str | None = field(default=None, compare=False, hash=False)
     patches: tuple[str, ...] = field(default=(), compare=False, hash=False)
 
@@ -88,7 +88,9 @@ class Cell:
     @property
     def wheel_name(self) -> str:
         dist = self.kernel.replace("-", "_")
-        return f"{dist}-{self.kernel_version}+{self.local_version}-{self.cp}-{self.cp}-linux_{self.platform}.whl"
+        return (
+            f"{dist}-{self.kernel_version}+{self.local_version}-{self.cp}-{self.cp}-linux_{self.platform}.whl"
+        )
 
     @property
     def arch_slug(self) -> str:

@@ -139,7 +139,9 @@ def load_compat(path: str | None = None) -> CompatData:
             name = "attnforge/data/compat.toml"
         data = tomllib.loads(raw.decode("utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigurationError(f"compatibility data {path or 'attnforge/data/compat.toml'}: {exc}") from None
+        raise ConfigurationError(
+            f"compatibility data {path or 'attnforge/data/compat.toml'}: {exc}"
+        ) from None
     data.pop("meta", None)
     try:
         return CompatData.model_validate(data)

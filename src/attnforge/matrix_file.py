@@ -21,12 +21,11 @@ def _positions(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...]
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             key = key_node.value
-            out[(*path, key)] = key_node.start_mark
-            _positions(value_node, (*path, key), out)
-            out[(*path, key)] = key_node.start_mark
+            _positions(value_node, path + (key,), out)
+            out[path + (key,)] = key_node.start_mark  # errors point at the key, not its value
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _positions(item, (*path, i), out)
+            _positions(item, path + (i,), out)
 
 
 def _known_fields(model: Any, loc: tuple[Any, ...]) -> list[str]:
@@ -73,7 +72,9 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
 
 def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     """Drop pydantic's union branch names (e.g. 'list[str]', 'str') from an error location."""
-    return tuple(p for p in loc if isinstance(p, int) or ("[" not in p and p not in ("str", "int", "bool", "float")))
+    return tuple(
+        p for p in loc if isinstance(p, int) or ("[" not in p and p not in ("str", "int", "bool", "float"))
+    )
 
 
 def parse_matrix(text: str, filename: str = DEFAULT_MATRIX) -> Matrix:
@@ -86,7 +87,9 @@ def parse_matrix(text: str, filename: str = DEFAULT_MATRIX) -> Matrix:
         where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
         raise ConfigurationError(f"{where}: invalid YAML: {exc.problem}") from None
     if not isinstance(data, dict):
-        raise ConfigurationError(f"{filename}: expected a mapping at the top level, got {type(data).__name__}")
+        raise ConfigurationError(
+            f"{filename}: expected a mapping at the top level, got {type(data).__name__}"
+        )
     positions: dict[tuple[Any, ...], yaml.Mark] = {}
     if node is not None:
         _positions(node, (), positions)
@@ -103,7 +106,11 @@ def parse_matrix(text: str, filename: str = DEFAULT_MATRIX) -> Matrix:
             key = str(loc[-1])
             known = _known_fields(Matrix, loc[:-1])
             guess = difflib.get_close_matches(key, known, n=1)
-            hint = f"; did you mean '{guess[0]}'?" if guess else (f"; allowed: {', '.join(known)}" if known else "")
+            hint = (
+                f"; did you mean '{guess[0]}'?"
+                if guess
+                else (f"; allowed: {', '.join(known)}" if known else "")
+            )
             msg = f"{where}: unknown key '{key}' in {_format_loc(loc[:-1])}{hint}"
         else:
             reason = err["msg"].removeprefix("Value error, ")

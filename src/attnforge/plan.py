@@ -78,7 +78,9 @@ def expand(target: TargetSpec, defaults: Combo) -> list[Combo]:
     """GitHub Actions' matrix semantics: product of axes, minus exclude, then include (extend or add)."""
     axes = {k: v for k, v in target.matrix.model_dump().items() if v is not None}
     names = list(axes)
-    combos: list[Combo] = [dict(zip(names, values, strict=True)) for values in itertools.product(*axes.values())]
+    combos: list[Combo] = [
+        dict(zip(names, values, strict=True)) for values in itertools.product(*axes.values())
+    ]
     if not axes:
         combos = []
     excludes = [e.given() for e in target.exclude]
@@ -126,7 +128,9 @@ def make_cell(combo: Combo, matrix: Matrix, data: CompatData, lock: dict[str, An
     if profile not in matrix.profiles:
         guess = difflib.get_close_matches(profile, list(matrix.profiles), n=1)
         hint = f"; did you mean '{guess[0]}'?" if guess else f"; declared: {', '.join(matrix.profiles)}"
-        raise ConfigurationError(f"profile '{profile}' is used by a target but not declared under 'profiles'{hint}")
+        raise ConfigurationError(
+            f"profile '{profile}' is used by a target but not declared under 'profiles'{hint}"
+        )
     spec = matrix.kernels[kernel]
     return Cell(
         kernel=kernel,
@@ -152,7 +156,9 @@ def plan_target(matrix: Matrix, target: str, data: CompatData, lock: dict[str, A
     spec = matrix.targets[target]
     combos = expand(spec, matrix.defaults.given())
     if not combos:
-        raise NothingToDoError(f"target '{target}' expands to no cell (check its matrix, include and exclude)")
+        raise NothingToDoError(
+            f"target '{target}' expands to no cell (check its matrix, include and exclude)"
+        )
     verdicts = [check(make_cell(c, matrix, data, lock or {}), data) for c in combos]
     verdicts.sort(key=lambda v: v.cell.id)
     return Plan(target, verdicts)

@@ -93,7 +93,9 @@ def _torch_abi(v: Verdict, data: CompatData) -> None:
     if t and v.cell.cxx11_abi not in t.cxx11_abi:
         shipped = "/".join("TRUE" if a else "FALSE" for a in t.cxx11_abi)
         want = "TRUE" if v.cell.cxx11_abi else "FALSE"
-        _fail(v, "torch-abi", f"torch {t.family} pip wheels use cxx11abi={shipped} only, not {want}", t.source)
+        _fail(
+            v, "torch-abi", f"torch {t.family} pip wheels use cxx11abi={shipped} only, not {want}", t.source
+        )
 
 
 @rule("torch-toolkit")
@@ -178,7 +180,12 @@ def _toolkit_arch(v: Verdict, data: CompatData) -> None:
         if rrow:
             missing = [a for a in c.arches if a not in rrow.gfx]
             if missing:
-                _fail(v, "toolkit-arch", f"ROCm {rrow.version} does not support {', '.join(missing)}", rrow.source)
+                _fail(
+                    v,
+                    "toolkit-arch",
+                    f"ROCm {rrow.version} does not support {', '.join(missing)}",
+                    rrow.source,
+                )
 
 
 @rule("kernel-requirements")
@@ -214,7 +221,9 @@ def _profile(v: Verdict, data: CompatData) -> None:
     if spec.head_dims and k:
         bad = [d for d in spec.head_dims if d not in k.head_dims]
         if bad:
-            _fail(v, "profile", f"profile '{c.profile}': {c.kernel} {k.version} has no head dim {bad}", k.source)
+            _fail(
+                v, "profile", f"profile '{c.profile}': {c.kernel} {k.version} has no head dim {bad}", k.source
+            )
     if spec.disable and k and k.disable_macros:
         unsupported = [d for d in spec.disable if d.upper() not in k.disable_macros]
         if unsupported:

@@ -68,7 +68,9 @@ class ProfileSpec(Strict):
     @classmethod
     def _tag(cls, v: str | None) -> str | None:
         if v is not None and not NAME_RE.match(v):
-            raise ValueError(f"profile tag {v!r} must be lowercase letters and digits (a PEP 440 local segment)")
+            raise ValueError(
+                f"profile tag {v!r} must be lowercase letters and digits (a PEP 440 local segment)"
+            )
         return v
 
     @field_validator("head_dims")
@@ -77,13 +79,20 @@ class ProfileSpec(Strict):
         if v is not None:
             bad = [d for d in v if d not in (32, 64, 96, 128, 192, 256)]
             if bad or not v:
-                raise ValueError(f"head_dims must be a non-empty subset of 32, 64, 96, 128, 192, 256 (got {v})")
+                raise ValueError(
+                    f"head_dims must be a non-empty subset of 32, 64, 96, 128, 192, 256 (got {v})"
+                )
             return sorted(set(v))
         return v
 
     @property
     def is_full(self) -> bool:
-        return not self.disable and self.head_dims is None and self.dtypes is None and self.rocm_backend in (None, "ck")
+        return (
+            not self.disable
+            and self.head_dims is None
+            and self.dtypes is None
+            and self.rocm_backend in (None, "ck")
+        )
 
 
 ArchEntry = Annotated[list[str] | str, Field(description="one arch or a list compiled into one wheel")]
@@ -114,7 +123,9 @@ class AxisValues(Strict):
     def _py(cls, v: list[str] | None) -> list[str] | None:
         for p in v or []:
             if not PY_RE.match(p):
-                raise ValueError(f"python {p!r} must look like '3.11' (quote it in YAML: 3.10 is the float 3.1)")
+                raise ValueError(
+                    f"python {p!r} must look like '3.11' (quote it in YAML: 3.10 is the float 3.1)"
+                )
         return v
 
     @field_validator("torch")
@@ -188,12 +199,15 @@ class BuildSpec(Strict):
     resources: ResourcesSpec = ResourcesSpec()
     cache_dir: str = ".attnforge-cache"
     output_dir: str = "wheels"
-    extra_ca_bundle: str | None = Field(None, description="CA bundle given to builds as a secret, never in a layer")
+    extra_ca_bundle: str | None = Field(
+        None, description="CA bundle given to builds as a secret, never in a layer"
+    )
     base_images: dict[str, str] = Field(
         default_factory=dict, description="toolkit -> base image (default: the compat table's devel image)"
     )
     local_base: bool = Field(
-        False, description="bootstrap a Debian base locally and install the toolkit from PyPI (air-gapped/no Hub)"
+        False,
+        description="bootstrap a Debian base locally and install the toolkit from PyPI (air-gapped/no Hub)",
     )
     pip: PipSpec = PipSpec()
 
@@ -228,7 +242,9 @@ class Matrix(Strict):
     targets: dict[str, TargetSpec]
     build: BuildSpec = BuildSpec()
     destinations: dict[str, Destination] = Field(default_factory=dict)
-    flex: dict[str, Any] = Field(default_factory=dict, description="FlexAttention cache variants (see docs/flex.md)")
+    flex: dict[str, Any] = Field(
+        default_factory=dict, description="FlexAttention cache variants (see docs/flex.md)"
+    )
 
     @field_validator("kernels")
     @classmethod

@@ -22,7 +22,9 @@ def test_help_lists_commands(run_cli: Run) -> None:
 
 
 def test_plan_json(run_cli: Run, root: Path) -> None:
-    code, out, _ = run_cli("--matrix", str(root / "matrix.yaml"), "--compat", str(MINI_COMPAT), "plan", "--format", "json")
+    code, out, _ = run_cli(
+        "--matrix", str(root / "matrix.yaml"), "--compat", str(MINI_COMPAT), "plan", "--format", "json"
+    )
     assert code == 0
     data = json.loads(out)
     assert data["summary"]["valid"] == 1

@@ -48,7 +48,9 @@ def test_unknown_key_suggests_the_right_one() -> None:
 
 def test_unknown_nested_key_in_build_resources() -> None:
     text = GOOD + "build:\n  resources:\n    max_job: 4\n"
-    with pytest.raises(ConfigurationError, match=r"m.yaml:9:5: unknown key 'max_job'.*did you mean 'max_jobs'"):
+    with pytest.raises(
+        ConfigurationError, match=r"m.yaml:9:5: unknown key 'max_job'.*did you mean 'max_jobs'"
+    ):
         parse_matrix(text, "m.yaml")
 
 

@@ -43,7 +43,12 @@ def test_product_and_names(mini_compat: CompatData) -> None:
     # Python is not part of the kernel-set key: both cells share compiled kernels
     assert len(p.kernel_sets()) == 1
     assert p.summary() == {
-        "target": "t", "cells": 2, "valid": 2, "invalid": 0, "kernel_sets": 1, "variants": ["cu130-torch2.14"],
+        "target": "t",
+        "cells": 2,
+        "valid": 2,
+        "invalid": 0,
+        "kernel_sets": 1,
+        "variants": ["cu130-torch2.14"],
     }
 
 
@@ -84,7 +89,10 @@ def test_exclude_and_include(mini_compat: CompatData) -> None:
 
 
 def test_invalid_cells_carry_reasons(mini_compat: CompatData) -> None:
-    p = plan("    matrix: {toolkit: [cuda12.8], torch: ['2.8'], python: ['3.12', '3.14'], arch: [sm_90]}", mini_compat)
+    p = plan(
+        "    matrix: {toolkit: [cuda12.8], torch: ['2.8'], python: ['3.12', '3.14'], arch: [sm_90]}",
+        mini_compat,
+    )
     assert len(p.invalid) == 1
     assert p.invalid[0].reasons()[0].startswith("[torch-python]")
     js = p.to_json()
@@ -94,7 +102,11 @@ def test_invalid_cells_carry_reasons(mini_compat: CompatData) -> None:
 
 def test_unknown_target_and_profile(mini_compat: CompatData) -> None:
     with pytest.raises(ConfigurationError, match="no target named 'tt'.*did you mean 't'"):
-        plan("    matrix: {toolkit: [cuda12.8], torch: ['2.8'], python: ['3.12'], arch: [sm_90]}", mini_compat, "tt")
+        plan(
+            "    matrix: {toolkit: [cuda12.8], torch: ['2.8'], python: ['3.12'], arch: [sm_90]}",
+            mini_compat,
+            "tt",
+        )
     with pytest.raises(ConfigurationError, match="profile 'leen'.*did you mean 'lean'"):
         plan(
             "    matrix: {toolkit: [cuda12.8], torch: ['2.8'], python: ['3.12'], arch: [sm_90], profile: [leen]}",
@@ -109,13 +121,18 @@ def test_empty_target(mini_compat: CompatData) -> None:
 
 
 def test_select_cells(mini_compat: CompatData) -> None:
-    p = plan("    matrix: {toolkit: [cuda12.8], torch: ['2.8'], python: ['3.12', '3.14'], arch: [sm_90]}", mini_compat)
+    p = plan(
+        "    matrix: {toolkit: [cuda12.8], torch: ['2.8'], python: ['3.12', '3.14'], arch: [sm_90]}",
+        mini_compat,
+    )
     good = p.valid[0].id
     assert [c.id for c in select_cells(p, [good])] == [good]
     with pytest.raises(ConfigurationError, match="is impossible: \\[torch-python\\]"):
         select_cells(p, [p.invalid[0].cell.id])
     with pytest.raises(ConfigurationError, match="did you mean"):
         select_cells(p, [good[:-2]])
-    all_bad = plan("    matrix: {toolkit: [cuda12.8], torch: ['2.8'], python: ['3.14'], arch: [sm_90]}", mini_compat)
+    all_bad = plan(
+        "    matrix: {toolkit: [cuda12.8], torch: ['2.8'], python: ['3.14'], arch: [sm_90]}", mini_compat
+    )
     with pytest.raises(NothingToDoError, match="no valid cell"):
         select_cells(all_bad, [])

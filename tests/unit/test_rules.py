@@ -90,10 +90,13 @@ def test_torch_2_14_gets_the_cxx20_patch(mini_compat: CompatData) -> None:
 def test_rocm_cells(mini_compat: CompatData) -> None:
     ck = ProfileSpec(rocm_backend="ck")
     triton = ProfileSpec(rocm_backend="triton", tag="triton")
-    ok = check(cell(toolkit=Toolkit.parse("rocm6.4"), arches=("gfx942",), profile="ck", profile_spec=ck), mini_compat)
+    ok = check(
+        cell(toolkit=Toolkit.parse("rocm6.4"), arches=("gfx942",), profile="ck", profile_spec=ck), mini_compat
+    )
     assert ok.valid and ok.cell.torch_variant == "rocm6.4"
     rdna_ck = check(
-        cell(toolkit=Toolkit.parse("rocm6.4"), arches=("gfx1100",), profile="ck", profile_spec=ck), mini_compat
+        cell(toolkit=Toolkit.parse("rocm6.4"), arches=("gfx1100",), profile="ck", profile_spec=ck),
+        mini_compat,
     )
     assert "ck backend" in rdna_ck.reasons()[0]
     rdna_triton = check(
@@ -101,7 +104,9 @@ def test_rocm_cells(mini_compat: CompatData) -> None:
         mini_compat,
     )
     assert rdna_triton.valid
-    assert rules_hit(cell(toolkit=Toolkit.parse("rocm6.4"), arches=("sm_90",)), mini_compat)[0] == "toolkit-arch"
+    assert (
+        rules_hit(cell(toolkit=Toolkit.parse("rocm6.4"), arches=("sm_90",)), mini_compat)[0] == "toolkit-arch"
+    )
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,9 @@ class Machine:
     memory_limit_source: str
 
     def describe(self) -> str:
-        return f"{self.cores} cores, {self.memory_available_gb:.1f} GiB available ({self.memory_limit_source})"
+        return (
+            f"{self.cores} cores, {self.memory_available_gb:.1f} GiB available ({self.memory_limit_source})"
+        )
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,10 @@ def cgroup_cpu_limit() -> float | None:
         if quota != "max" and period:
             return int(quota) / int(period)
         return None
-    quota_s, period_s = _read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), _read("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
+    quota_s, period_s = (
+        _read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"),
+        _read("/sys/fs/cgroup/cpu/cpu.cfs_period_us"),
+    )
     if quota_s and period_s and int(quota_s) > 0:
         return int(quota_s) / int(period_s)
     return None
@@ -169,5 +174,7 @@ def choose_parallelism(
         f"({per_arch_gb:.1f} per arch x {min(threads, arches)}) -> MAX_JOBS={jobs} NVCC_THREADS={threads} [{why}]"
     )
     if not fits:
-        reason += f"; WARNING: {jobs} job(s) need {jobs * job_gb:.1f} GiB, more than the {mem:.1f} GiB available"
+        reason += (
+            f"; WARNING: {jobs} job(s) need {jobs * job_gb:.1f} GiB, more than the {mem:.1f} GiB available"
+        )
     return Parallelism(jobs, threads, job_gb, reason, fits)

@@ -38,7 +38,9 @@ def fetch_sdist(kernel: str, spec: KernelSpec, expected_sha256: str | None, cach
     """Return a verified sdist for the kernel (pypi-sdist or path sources). git sources are not built yet."""
     src = spec.source
     if src.kind == "git":
-        raise ConfigurationError(f"{kernel}: git sources are declared but not buildable yet; use pypi-sdist or path")
+        raise ConfigurationError(
+            f"{kernel}: git sources are declared but not buildable yet; use pypi-sdist or path"
+        )
     if src.kind == "path":
         assert src.path is not None
         path = Path(src.path) if Path(src.path).is_absolute() else base / src.path

@@ -1,0 +1,358 @@
+"""Turn planned cells into wheels: skip unchanged cells, reuse kernels per kernel-set, retry OOM with fewer jobs.
+
+The engine is backend-agnostic: a backend runs `incontainer.py` with a spec (in Docker or on the host);
+the engine owns ordering, parallelism, logs, manifests and the atomic move into the output folder.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from .. import __version__
+from ..cell import Cell
+from ..errors import BuildError, EnvironmentProblem, InterruptedByUser
+from ..project import Project
+from .incontainer_api import EVENT_PREFIX, EXIT_OOM, BuildSpec, make_spec
+from .progress import ProgressView
+from .resources import JobMemoryTable, Parallelism, choose_parallelism, detect_machine
+from .sources import fetch_sdist, sha256_of
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+@dataclass
+class CellJob:
+    """Everything one cell's build needs, with host paths."""
+
+    cell: Cell
+    spec: BuildSpec
+    workdir: Path  # cache/cells/<key>/<python>: build tree (kept for resume), out/, spec.json
+    log_path: Path
+    parallelism: Parallelism
+    input_hash: str
+
+
+@dataclass
+class CellResult:
+    cell: Cell
+    status: str  # built | skipped | failed | cancelled
+    wheel: Path | None = None
+    seconds: float = 0.0
+    message: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    """Runs one cell's spec; returns the builder's exit code. Lines go to `on_line` as they come."""
+
+    name: str
+
+    def identity(self) -> str:
+        """What, besides the cell, decides the wheel bytes (image digest, host toolchain)."""
+
+    def prepare(self, cells: list[Cell], view: ProgressView) -> None:
+        """Make images/venvs the cells need (once per build)."""
+
+    def run(self, job: CellJob, on_line: Callable[[str], None]) -> int:
+        """Run the builder for `job` and return its exit code."""
+
+    def cancel(self, job: CellJob) -> None:
+        """Stop a running job (Ctrl-C)."""
+
+
+def file_digest(*paths: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(paths):
+        if p.is_dir():
+            for f in sorted(p.rglob("*")):
+                if f.is_file() and "__pycache__" not in f.parts:
+                    h.update(f.relative_to(p).as_posix().encode())
+                    h.update(f.read_bytes())
+        elif p.exists():
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def input_hash(cell: Cell, backend_identity: str) -> str:
+    """Everything that decides a wheel's bytes; an unchanged hash means an unchanged wheel."""
+    blob = json.dumps(
+        {
+            "kernel_set_key": cell.kernel_set_key,
+            "python": cell.python,
+            "backend": backend_identity,
+            "builder": file_digest(PACKAGE_DIR / "incontainer.py", PACKAGE_DIR / "patches"),
+            "attnforge": __version__,
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def manifest_path(wheel: Path) -> Path:
+    return wheel.with_name(wheel.name + ".manifest.json")
+
+
+def up_to_date(output_dir: Path, cell: Cell, digest: str) -> Path | None:
+    """The existing wheel when its manifest records the same input hash and the bytes still match."""
+    for m in output_dir.glob("*.whl.manifest.json"):
+        try:
+            data = json.loads(m.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if data.get("cell_id") != cell.id or data.get("input_hash") != digest:
+            continue
+        wheel = output_dir / str(data.get("wheel", ""))
+        if wheel.is_file() and sha256_of(wheel) == data.get("sha256"):
+            return wheel
+    return None
+
+
+class Engine:
+    """Builds a list of cells with one backend."""
+
+    def __init__(
+        self,
+        project: Project,
+        backend: Backend,
+        view: ProgressView,
+        *,
+        force: bool = False,
+        max_jobs: int | None = None,
+        nvcc_threads: int | None = None,
+        memory_limit_gb: float | None = None,
+    ) -> None:
+        self.project = project
+        self.backend = backend
+        self.view = view
+        self.force = force
+        build = project.matrix.build
+        res = build.resources
+        self.max_jobs = max_jobs or (None if res.max_jobs == "auto" else res.max_jobs)
+        self.nvcc_threads = nvcc_threads or (None if res.nvcc_threads == "auto" else res.nvcc_threads)
+        self.memory_limit_gb = memory_limit_gb
+        self.cache = project.path(build.cache_dir)
+        self.output = project.path(build.output_dir)
+        self.logs = self.output / "logs"
+        self.memory_table = JobMemoryTable(self.cache / "job_memory.json")
+        self._running: dict[str, CellJob] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    # ---- planning one job ----
+    def parallelism(self, cell: Cell, share: int) -> Parallelism:
+        machine = detect_machine()
+        if self.memory_limit_gb is not None:
+            from .resources import Machine
+
+            machine = Machine(
+                machine.cores, min(machine.memory_available_gb, self.memory_limit_gb), "--memory-limit"
+            )
+        res = self.project.matrix.build.resources
+        profile_class = "lean" if cell.profile_spec.disable else "full"
+        per_arch, _src = self.memory_table.per_arch_gb(str(cell.toolkit), profile_class)
+        if res.memory_per_job_gb != "auto":
+            per_arch = float(res.memory_per_job_gb)
+        return choose_parallelism(
+            machine,
+            len(cell.arches),
+            per_arch,
+            reserve_gb=res.reserve_memory_gb if self.memory_limit_gb is None else 0.0,
+            max_jobs=self.max_jobs,
+            nvcc_threads=self.nvcc_threads,
+            share=share,
+        )
+
+    def job_for(self, cell: Cell, sdist: Path, share: int, digest: str) -> CellJob:
+        group = self.cache / "cells" / cell.kernel_set_key
+        workdir = group / cell.cp
+        par = self.parallelism(cell, share)
+        spec = make_spec(
+            cell,
+            sdist=sdist,
+            workdir=workdir,
+            objects_dir=group / "objects",
+            ccache_dir=self.cache / "ccache",
+            parallelism=par,
+        )
+        return CellJob(cell, spec, workdir, self.logs / f"{cell.id}.log", par, digest)
+
+    # ---- running ----
+    def build(self, cells: list[Cell], parallel_cells: int = 1) -> list[CellResult]:
+        """Build every cell; cells of one kernel-set run in order (the first compiles, the rest reuse)."""
+        self.logs.mkdir(parents=True, exist_ok=True)
+        identity = self.backend.identity()
+        todo: list[tuple[Cell, str]] = []
+        results: list[CellResult] = []
+        for cell in cells:
+            digest = input_hash(cell, identity)
+            existing = None if self.force else up_to_date(self.output, cell, digest)
+            if existing:
+                self.view.stage(cell.id, "skipped")
+                results.append(CellResult(cell, "skipped", existing, message="up to date (same input hash)"))
+            else:
+                todo.append((cell, digest))
+        if not todo:
+            return results
+        self.backend.prepare([c for c, _ in todo], self.view)
+        groups: dict[str, list[tuple[Cell, str]]] = {}
+        for cell, digest in todo:
+            groups.setdefault(cell.kernel_set_key, []).append((cell, digest))
+        share = max(1, min(parallel_cells, len(groups)))
+
+        def run_group(members: list[tuple[Cell, str]]) -> list[CellResult]:
+            out = []
+            for cell, digest in members:
+                if self._stop.is_set():
+                    out.append(CellResult(cell, "cancelled"))
+                    continue
+                out.append(self.build_one(cell, digest, share))
+            return out
+
+        try:
+            with ThreadPoolExecutor(max_workers=share) as pool:
+                futures = [pool.submit(run_group, g) for g in groups.values()]
+                while any(not f.done() for f in futures):
+                    time.sleep(0.2)
+                for f in futures:
+                    results.extend(f.result())
+        except KeyboardInterrupt:
+            self._stop.set()
+            with self._lock:
+                running = list(self._running.values())
+            for job in running:
+                self.backend.cancel(job)
+            raise InterruptedByUser(
+                "build interrupted: running containers stopped, no partial wheel written"
+            ) from None
+        return results
+
+    def build_one(self, cell: Cell, digest: str, share: int) -> CellResult:
+        start = time.monotonic()
+        view = self.view
+        try:
+            view.stage(cell.id, "fetching sources")
+            spec = self.project.matrix.kernels[cell.kernel]
+            sdist = fetch_sdist(cell.kernel, spec, cell.source_sha256, self.cache, self.project.root)
+            job = self.job_for(cell, sdist, share, digest)
+            view.log(f"{cell.id}: {job.parallelism.reason}")
+            result = self._run_with_oom_retry(job)
+            wheel = self._publish_locally(job, result, time.monotonic() - start)
+            view.stage(cell.id, "done")
+            return CellResult(cell, "built", wheel, time.monotonic() - start, details=result)
+        except (BuildError, EnvironmentProblem) as exc:
+            view.stage(cell.id, "failed")
+            return CellResult(cell, "failed", None, time.monotonic() - start, message=str(exc))
+
+    def _run_with_oom_retry(self, job: CellJob) -> dict[str, Any]:
+        """Run; when the OOM killer strikes, rerun in the same tree (finished objects kept) with fewer jobs."""
+        cell = job.cell
+        oom_retries = 0
+        jobs_before = job.parallelism.max_jobs
+        with job.log_path.open("a", encoding="utf-8") as log:
+            log.write(
+                f"\n=== {dt.datetime.now(dt.timezone.utc).isoformat()} {cell.id} ({self.backend.name})\n"
+            )
+            log.write(f"=== {job.parallelism.reason}\n")
+            while True:
+                job.workdir.mkdir(parents=True, exist_ok=True)
+                (job.workdir / "spec.json").write_text(json.dumps(job.spec.to_json(), indent=2))
+                self.view.stage(cell.id, f"building (MAX_JOBS={job.spec.max_jobs})")
+                with self._lock:
+                    self._running[cell.id] = job
+                code = self.backend.run(job, lambda line: self._on_line(cell, line, log))
+                with self._lock:
+                    self._running.pop(cell.id, None)
+                if code == 0:
+                    break
+                if code == EXIT_OOM and job.spec.max_jobs > 1:
+                    oom_retries += 1
+                    new_jobs = max(1, job.spec.max_jobs // 2)
+                    msg = (
+                        f"{cell.id}: a compiler was killed for memory (OOM) with MAX_JOBS={job.spec.max_jobs}; "
+                        f"resuming with MAX_JOBS={new_jobs} (finished units are kept)"
+                    )
+                    self.view.log(f"[yellow]{msg}[/]")
+                    log.write(f"=== {msg}\n")
+                    job.spec = job.spec.with_max_jobs(new_jobs)
+                    continue
+                raise BuildError(self._failure_message(job, code))
+        result_path = job.workdir / "out" / "result.json"
+        try:
+            result: dict[str, Any] = json.loads(result_path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise BuildError(
+                f"{cell.id}: the builder exited 0 but left no result ({result_path}: {exc})"
+            ) from None
+        result["oom_retries"] = oom_retries
+        result["jobs_before"] = jobs_before
+        result["jobs_after"] = job.spec.max_jobs
+        return result
+
+    def _on_line(self, cell: Cell, line: str, log: Any) -> None:
+        log.write(line if line.endswith("\n") else line + "\n")
+        if line.startswith(EVENT_PREFIX):
+            try:
+                event = json.loads(line[len(EVENT_PREFIX) :])
+            except json.JSONDecodeError:
+                return
+            kind = event.get("event")
+            if kind == "unit":
+                self.view.units(cell.id, int(event.get("done", 0)), int(event.get("total", 0)))
+            elif kind == "stage":
+                self.view.stage(cell.id, str(event.get("stage", "")))
+
+    def _failure_message(self, job: CellJob, code: int) -> str:
+        """The builder's own error lines (failing unit, first compiler errors) and where the log is."""
+        err = job.workdir / "out" / "error.txt"
+        detail = err.read_text().strip() if err.exists() else ""
+        if not detail:
+            tail = job.log_path.read_text(errors="replace").splitlines()[-15:]
+            detail = "\n".join(tail)
+        return f"{job.cell.id}: build failed (exit {code}); log: {job.log_path}\n{detail}"
+
+    def _publish_locally(self, job: CellJob, result: dict[str, Any], seconds: float) -> Path:
+        """Finalize the wheel, write its manifest, and move both into the output folder atomically."""
+        from .manifest import build_manifest, finalize_wheel
+
+        cell = job.cell
+        built = Path(result["wheel"])
+        if not built.is_absolute():
+            built = job.workdir / "out" / built.name
+        staging = self.output / f".staging-{cell.kernel_set_key}-{cell.cp}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        try:
+            final, platform = finalize_wheel(built, cell, staging)
+            manifest = build_manifest(cell, final, result, job, self.backend.name, seconds, platform)
+            (staging / (final.name + ".manifest.json")).write_text(
+                json.dumps(manifest, indent=2, sort_keys=True)
+            )
+            profile_class = "lean" if cell.profile_spec.disable else "full"
+            if result.get("peak_rss_gb"):
+                self.memory_table.record(
+                    str(cell.toolkit), profile_class, float(result["peak_rss_gb"]), len(cell.arches), cell.id
+                )
+            target = self.output / final.name
+            # remove older wheels of the same cell, then move the new pair in (wheel last: readers key on it)
+            for old in self.output.glob("*.whl.manifest.json"):
+                try:
+                    if json.loads(old.read_text()).get("cell_id") == cell.id:
+                        (self.output / old.name.removesuffix(".manifest.json")).unlink(missing_ok=True)
+                        old.unlink()
+                except (OSError, json.JSONDecodeError):
+                    continue
+            (staging / (final.name + ".manifest.json")).replace(manifest_path(target))
+            final.replace(target)
+            return target
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)

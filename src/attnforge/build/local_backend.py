@@ -1,0 +1,102 @@
+"""The local backend: the same builder script on the host toolchain (developers, GPU runners)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from ..cell import Cell
+from ..errors import EnvironmentProblem
+from .engine import CellJob
+from .progress import ProgressView
+
+BUILDER = Path(__file__).resolve().parent / "incontainer.py"
+
+
+def find_nvcc() -> Path | None:
+    """nvcc from CUDA_HOME, then PATH, then /usr/local/cuda."""
+    for candidate in (
+        Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc" if os.environ.get("CUDA_HOME") else None,
+        Path(shutil.which("nvcc") or "/nonexistent"),
+        Path("/usr/local/cuda/bin/nvcc"),
+    ):
+        if candidate and candidate.exists():
+            return candidate
+    return None
+
+
+def _version(cmd: list[str]) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "unavailable"
+    return out.strip().splitlines()[-1] if out.strip() else "unavailable"
+
+
+class LocalBackend:
+    """Runs `incontainer.py` with the host's Python interpreters and CUDA toolkit."""
+
+    name = "local"
+
+    def __init__(self, pip_args: list[str] | None = None) -> None:
+        self.pip_args = pip_args or []
+        self._procs: dict[str, subprocess.Popen[str]] = {}
+
+    def identity(self) -> str:
+        nvcc = find_nvcc()
+        return json.dumps(
+            {
+                "backend": "local",
+                "nvcc": _version([str(nvcc), "--version"]) if nvcc else None,
+                "gcc": _version(["gcc", "-dumpfullversion"]),
+            },
+            sort_keys=True,
+        )
+
+    def prepare(self, cells: list[Cell], view: ProgressView) -> None:
+        if any(c.toolkit.kind == "cuda" for c in cells) and find_nvcc() is None:
+            raise EnvironmentProblem(
+                "no CUDA toolkit found for the local backend (no nvcc in $CUDA_HOME/bin, PATH or /usr/local/cuda): "
+                "install one or use --backend docker"
+            )
+        for py in sorted({c.python for c in cells}):
+            if shutil.which(f"python{py}") is None:
+                raise EnvironmentProblem(
+                    f"python{py} is not on PATH: the local backend needs each cell's Python"
+                )
+        view.log(f"local backend: nvcc at {find_nvcc()}, builder {BUILDER}")
+
+    def run(self, job: CellJob, on_line: Callable[[str], None]) -> int:
+        spec_path = job.workdir / "spec.json"
+        env = dict(os.environ)
+        nvcc = find_nvcc()
+        if nvcc and "CUDA_HOME" not in env:
+            env["CUDA_HOME"] = str(nvcc.parent.parent)
+        env["PYTHONUNBUFFERED"] = "1"
+        proc = subprocess.Popen(
+            [sys.executable, str(BUILDER), "--spec", str(spec_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            env=env,
+            start_new_session=True,
+        )
+        self._procs[job.cell.id] = proc
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            on_line(line)
+        code = proc.wait()
+        self._procs.pop(job.cell.id, None)
+        return code
+
+    def cancel(self, job: CellJob) -> None:
+        proc = self._procs.get(job.cell.id)
+        if proc and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)

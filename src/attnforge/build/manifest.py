@@ -1,0 +1,82 @@
+"""The manifest written beside every wheel (schema in docs/contracts.md), and the hand-off to finalize."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..cell import Cell
+from .sources import sha256_of
+
+if TYPE_CHECKING:
+    from .engine import CellJob
+
+MANIFEST_SCHEMA = 1
+
+
+def finalize_wheel(built: Path, cell: Cell, staging: Path) -> tuple[Path, dict[str, str]]:
+    """Post-process the raw wheel into `staging`; returns the final wheel and its platform-tag record."""
+    target = staging / built.name
+    shutil.copy2(built, target)
+    return target, {"tag": target.name.rsplit("-", 1)[-1].removesuffix(".whl"), "reason": "as built"}
+
+
+def build_manifest(
+    cell: Cell,
+    wheel: Path,
+    result: dict[str, Any],
+    job: CellJob,
+    backend: str,
+    seconds: float,
+    platform: dict[str, str],
+) -> dict[str, Any]:
+    """Inputs, toolchain, build facts and the wheel's digest."""
+    spec = job.spec
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "cell_id": cell.id,
+        "variant": cell.variant,
+        "kernel": cell.kernel,
+        "kernel_version": cell.kernel_version,
+        "wheel": wheel.name,
+        "sha256": sha256_of(wheel),
+        "size": wheel.stat().st_size,
+        "inputs": {
+            "source": "pypi-sdist",
+            "source_sha256": cell.source_sha256,
+            "toolkit": str(cell.toolkit),
+            "torch": cell.torch,
+            "torch_variant": cell.torch_variant,
+            "python": cell.python,
+            "cxx11_abi": cell.cxx11_abi,
+            "arches": list(cell.arches),
+            "profile": cell.profile,
+            "profile_flags": cell.compile_flags(),
+            "head_dims": cell.profile_spec.head_dims,
+            "dtypes": cell.profile_spec.dtypes,
+            "patches": list(cell.patches),
+        },
+        "kernel_set_key": cell.kernel_set_key,
+        "input_hash": job.input_hash,
+        "toolchain": result.get("toolchain", {}),
+        "build": {
+            "backend": backend,
+            "image": result.get("image"),
+            "started": (dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=seconds)).isoformat(),
+            "wall_s": round(seconds, 1),
+            "builder_wall_s": result.get("wall_s"),
+            "max_jobs": spec.max_jobs,
+            "nvcc_threads": spec.nvcc_threads,
+            "peak_rss_gb": result.get("peak_rss_gb"),
+            "units_total": result.get("units_total"),
+            "units_compiled": result.get("units_compiled"),
+            "units_reused": result.get("units_reused"),
+            "oom_retries": result.get("oom_retries", 0),
+            "jobs_before": result.get("jobs_before"),
+            "jobs_after": result.get("jobs_after"),
+        },
+        "platform_tag": platform,
+        "parity": None,
+    }

@@ -1,0 +1,101 @@
+"""`attnforge build`: compile the planned cells into wheels (Docker by default)."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ..build.engine import CellResult, Engine
+from ..build.progress import ProgressView
+from ..build.select import choose_backend
+from ..errors import BuildError
+from ..plan import select_cells
+from ..project import Project
+
+
+def summary_table(results: list[CellResult]) -> Table:
+    table = Table(title="build summary")
+    for col in ("cell", "status", "seconds", "wheel / reason"):
+        table.add_column(col, overflow="fold")
+    colours = {"built": "green", "skipped": "cyan", "failed": "red", "cancelled": "yellow"}
+    for r in results:
+        what = r.wheel.name if r.wheel else r.message.splitlines()[0] if r.message else ""
+        table.add_row(r.cell.id, f"[{colours.get(r.status, 'white')}]{r.status}[/]", f"{r.seconds:.0f}", what)
+    return table
+
+
+@click.command("build")
+@click.option("--target", "-t", default="default", show_default=True, help="Matrix target to build.")
+@click.option("--cell", "cells", multiple=True, metavar="ID", help="Build only these cells (repeatable).")
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "docker", "local"]),
+    default=None,
+    help="Override build.backend (auto: docker when an engine answers, else local).",
+)
+@click.option("--force", is_flag=True, help="Rebuild cells whose wheel is up to date.")
+@click.option(
+    "--max-jobs", type=click.IntRange(1), envvar="MAX_JOBS", help="Parallel compile jobs (env MAX_JOBS)."
+)
+@click.option(
+    "--nvcc-threads", type=click.IntRange(1), envvar="NVCC_THREADS", help="nvcc --threads (env NVCC_THREADS)."
+)
+@click.option(
+    "--memory-limit", type=click.FloatRange(0.5), metavar="GB", help="Cap the build's memory (GiB)."
+)
+@click.option("--parallel-cells", type=click.IntRange(1), default=None, help="Kernel-sets built at once.")
+@click.option("--dry-run", is_flag=True, help="Show what would be built and with how many jobs, then stop.")
+@click.option(
+    "--quiet", is_flag=True, help="Plain progress lines instead of the live view (automatic in CI)."
+)
+@click.pass_obj
+def command(
+    project: Project,
+    target: str,
+    cells: tuple[str, ...],
+    backend: str | None,
+    force: bool,
+    max_jobs: int | None,
+    nvcc_threads: int | None,
+    memory_limit: float | None,
+    parallel_cells: int | None,
+    dry_run: bool,
+    quiet: bool,
+) -> None:
+    """Build the wheels of a target (or of the cells named with --cell) into build.output_dir.
+
+    \b
+    - Unchanged cells (same input hash, wheel bytes intact) are skipped; --force rebuilds.
+    - Cells sharing a kernel-set key compile the GPU kernels once; other Pythons only bind.
+    - MAX_JOBS/NVCC_THREADS come from cores, memory and measured job sizes unless given.
+    - A compiler killed for memory is resumed with fewer jobs, keeping finished units.
+    - Logs: <output_dir>/logs/<cell id>.log; each wheel gets <wheel>.manifest.json.
+    """
+    plan = project.plan(target)
+    chosen = select_cells(plan, list(cells))
+    console = Console(stderr=True)
+    with ProgressView(quiet=True if quiet else None) as view:
+        engine_backend = choose_backend(project, backend or project.matrix.build.backend, view)
+        engine = Engine(
+            project,
+            engine_backend,
+            view,
+            force=force,
+            max_jobs=max_jobs,
+            nvcc_threads=nvcc_threads,
+            memory_limit_gb=memory_limit,
+        )
+        if dry_run:
+            for cell in chosen:
+                view.log(f"{cell.id} -> {cell.wheel_name}: {engine.parallelism(cell, 1).reason}")
+            return
+        res = project.matrix.build.resources
+        par = parallel_cells or (1 if res.parallel_cells == "auto" else res.parallel_cells)
+        results = engine.build(chosen, parallel_cells=par)
+    console.print(summary_table(results))
+    failed = [r for r in results if r.status == "failed"]
+    for r in failed:
+        console.print(f"[red]{r.cell.id}[/]: {r.message}", highlight=False)
+    if failed:
+        raise BuildError(f"{len(failed)} of {len(results)} cell(s) failed; logs in {engine.logs}")
