@@ -56,6 +56,7 @@ class Backend(Protocol):
     """Runs one cell's spec; returns the builder's exit code. Lines go to `on_line` as they come."""
 
     name: str
+    pip_args: list[str]
 
     def identity(self) -> str:
         """What, besides the cell, decides the wheel bytes (image digest, host toolchain)."""
@@ -183,6 +184,7 @@ class Engine:
             objects_dir=group / "objects",
             ccache_dir=self.cache / "ccache",
             parallelism=par,
+            pip_args=self.backend.pip_args,
         )
         return CellJob(cell, spec, workdir, self.logs / f"{cell.id}.log", par, digest)
 

@@ -45,7 +45,7 @@ class LocalBackend:
     name = "local"
 
     def __init__(self, pip_args: list[str] | None = None) -> None:
-        self.pip_args = pip_args or []
+        self.pip_args = pip_args or []  # empty: pip inside the build reads this machine's own config
         self._procs: dict[str, subprocess.Popen[str]] = {}
 
     def identity(self) -> str:
