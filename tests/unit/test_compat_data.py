@@ -1,0 +1,50 @@
+"""The shipped compatibility data: complete enough for the release target, every row sourced."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from attnforge.compat import load_compat
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+def test_every_row_names_its_source() -> None:
+    data = load_compat()
+    for table in (data.torch, data.cuda, data.rocm, data.kernel, data.ngc, data.driver):
+        for row in table:
+            assert row.source.strip(), row
+
+
+def test_key_facts() -> None:
+    data = load_compat()
+    t214 = data.torch_release("2.14")
+    assert t214 is not None and t214.cxx_std == 20 and t214.latest.startswith("2.14")
+    cuda13 = data.cuda_toolkit("13.0")
+    assert cuda13 is not None and "sm_90" in cuda13.arches and "sm_70" not in cuda13.arches
+    cuda124 = data.cuda_toolkit("12.4")
+    assert cuda124 is not None and "sm_100" not in cuda124.arches
+    fa = data.kernel_release("flash-attn", "2.8.3")
+    assert fa is not None and fa.min_arch == "sm_80"
+    assert data.cuda_toolkit("12.7") is None  # never released
+    for family in ("2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13", "2.14"):
+        assert data.torch_release(family) is not None, family
+
+
+def test_release_target_covers_cuda_12_minors_and_rocm(run_cli: Run, root: Path) -> None:
+    code, out, _ = run_cli("--matrix", str(root / "matrix.yaml"), "plan", "-t", "release", "--format", "json")
+    assert code == 0
+    plan = json.loads(out)
+    valid = [c for c in plan["cells"] if c["valid"]]
+    toolkits = {c["toolkit"] for c in valid}
+    for minor in ("12.1", "12.2", "12.3", "12.4", "12.5", "12.6", "12.8"):
+        assert f"cuda{minor}" in toolkits, minor
+    assert any(t.startswith("rocm") for t in toolkits)
+    assert {c["cxx11_abi"] for c in valid} == {True, False}
+    assert {c["python"] for c in valid} == {"3.10", "3.11", "3.12", "3.13"}
+    invalid = [c for c in plan["cells"] if not c["valid"]]
+    assert invalid and all(c["reasons"] and c["reasons"][0].startswith("[") for c in invalid)
+    # torch 2.14 cells get the C++20 patch
+    assert all("cxx20" in c["patches"] for c in valid if c["torch"].startswith("2.14"))
