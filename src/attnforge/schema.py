@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .wheels.destinations import Destination
+
 SCHEMA_VERSION = 1
 
 TOOLKIT_RE = re.compile(r"^(cuda|rocm)(\d+)\.(\d+)$")
@@ -210,26 +212,6 @@ class BuildSpec(Strict):
         description="bootstrap a Debian base locally and install the toolkit from PyPI (air-gapped/no Hub)",
     )
     pip: PipSpec = PipSpec()
-
-
-class Destination(Strict):
-    """A publish destination. Credentials only by environment variable or file reference."""
-
-    kind: Literal["static", "pypiserver", "registry"]
-    path: str | None = None
-    url: str | None = None
-    username_env: str | None = None
-    password_env: str | None = None
-    password_file: str | None = None
-    require_parity: bool = False
-
-    @model_validator(mode="after")
-    def _check(self) -> Destination:
-        if self.kind == "static" and not self.path:
-            raise ValueError("a 'static' destination needs 'path'")
-        if self.kind in ("pypiserver", "registry") and not self.url:
-            raise ValueError(f"a '{self.kind}' destination needs 'url'")
-        return self
 
 
 class Matrix(Strict):

@@ -323,8 +323,9 @@ class Engine:
         return f"{job.cell.id}: build failed (exit {code}); log: {job.log_path}\n{detail}"
 
     def _publish_locally(self, job: CellJob, result: dict[str, Any], seconds: float) -> Path:
-        """Finalize the wheel, write its manifest, and move both into the output folder atomically."""
-        from .manifest import build_manifest, finalize_wheel
+        """Finalize the wheel (tags, torch pin, audit, manifest) and move it into the output folder atomically."""
+        from ..wheels.finalize import finalize_built
+        from .manifest import build_manifest
 
         cell = job.cell
         built = Path(result["wheel"])
@@ -334,18 +335,16 @@ class Engine:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         try:
-            final, platform = finalize_wheel(built, cell, staging)
-            manifest = build_manifest(cell, final, result, job, self.backend.name, seconds, platform)
-            (staging / (final.name + ".manifest.json")).write_text(
-                json.dumps(manifest, indent=2, sort_keys=True)
-            )
+            self.view.stage(cell.id, "finalizing")
+            manifest = build_manifest(cell, built, result, job, self.backend.name, seconds)
+            final = finalize_built(built, manifest, staging, log=lambda m: job.log_path.open("a").write(m + "\n"))
             profile_class = "lean" if cell.profile_spec.disable else "full"
             if result.get("peak_rss_gb"):
                 self.memory_table.record(
                     str(cell.toolkit), profile_class, float(result["peak_rss_gb"]), len(cell.arches), cell.id
                 )
-            target = self.output / final.name
-            # remove older wheels of the same cell, then move the new pair in (wheel last: readers key on it)
+            target = self.output / final.wheel.name
+            # drop older wheels of the same cell, then move the pair in (wheel last: readers key on it)
             for old in self.output.glob("*.whl.manifest.json"):
                 try:
                     if json.loads(old.read_text()).get("cell_id") == cell.id:
@@ -353,8 +352,8 @@ class Engine:
                         old.unlink()
                 except (OSError, json.JSONDecodeError):
                     continue
-            (staging / (final.name + ".manifest.json")).replace(manifest_path(target))
-            final.replace(target)
+            final.manifest.replace(manifest_path(target))
+            final.wheel.replace(target)
             return target
         finally:
             shutil.rmtree(staging, ignore_errors=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,13 +15,6 @@ if TYPE_CHECKING:
 MANIFEST_SCHEMA = 1
 
 
-def finalize_wheel(built: Path, cell: Cell, staging: Path) -> tuple[Path, dict[str, str]]:
-    """Post-process the raw wheel into `staging`; returns the final wheel and its platform-tag record."""
-    target = staging / built.name
-    shutil.copy2(built, target)
-    return target, {"tag": target.name.rsplit("-", 1)[-1].removesuffix(".whl"), "reason": "as built"}
-
-
 def build_manifest(
     cell: Cell,
     wheel: Path,
@@ -30,14 +22,14 @@ def build_manifest(
     job: CellJob,
     backend: str,
     seconds: float,
-    platform: dict[str, str],
 ) -> dict[str, Any]:
-    """Inputs, toolchain, build facts and the wheel's digest."""
+    """Inputs, toolchain and build facts; `wheels finalize` adds the final name, digest and platform tag."""
     spec = job.spec
     return {
         "schema": MANIFEST_SCHEMA,
         "cell_id": cell.id,
         "variant": cell.variant,
+        "local_version": cell.local_version,
         "kernel": cell.kernel,
         "kernel_version": cell.kernel_version,
         "wheel": wheel.name,
@@ -77,6 +69,6 @@ def build_manifest(
             "jobs_before": result.get("jobs_before"),
             "jobs_after": result.get("jobs_after"),
         },
-        "platform_tag": platform,
+        "platform_tag": None,
         "parity": None,
     }

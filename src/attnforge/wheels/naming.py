@@ -1,0 +1,156 @@
+"""Names a finalized wheel carries (variant, local version, torch pin) and parsing them back.
+
+The names come from `attnforge.cell.Cell` (one source of truth with the planner); this module builds a
+Cell from a manifest's `inputs` and parses local versions such as `cu130torch2.14cxx11abiTRUE.infer`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from ..cell import Cell, Toolkit
+from ..errors import BuildError
+from ..schema import ProfileSpec
+
+PROJECT = "flash-attn"
+TORCH_PROJECT = "torch"
+
+# cu130 / rocm6.4, torch X.Y, cxx11abiTRUE|FALSE, optional .profiletag (compared case-insensitively:
+# PEP 440 normalizes local segments to lower case, upstream spells TRUE/FALSE upper case).
+LOCAL_RE = re.compile(
+    r"^(?P<accel>cu\d{2,4}|rocm\d+\.\d+)torch(?P<torch>\d+\.\d+)cxx11abi(?P<abi>true|false)"
+    r"(?:\.(?P<tag>[a-z][a-z0-9]*))?$",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class LocalParts:
+    """The axes a local version names."""
+
+    accel: str  # "cu130" | "rocm6.4"
+    torch_family: str  # "2.14"
+    cxx11_abi: bool
+    profile_tag: str | None
+
+    @property
+    def variant(self) -> str:
+        base = f"{self.accel}-torch{self.torch_family}"
+        return base if self.cxx11_abi else f"{base}-cxx11abiFALSE"
+
+
+def parse_local(local: str) -> LocalParts | None:
+    """Parse `cu130torch2.14cxx11abiTRUE[.tag]`; None when it is not one of ours."""
+    m = LOCAL_RE.match(local)
+    if not m:
+        return None
+    return LocalParts(
+        accel=m["accel"].lower(),
+        torch_family=m["torch"],
+        cxx11_abi=m["abi"].lower() == "true",
+        profile_tag=m["tag"].lower() if m["tag"] else None,
+    )
+
+
+def torch_family(version: str) -> str:
+    """`2.14.1+cu130` -> `2.14`."""
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
+def torch_requirement(torch_version: str) -> str:
+    """The pin a wheel carries: the exact release family it was compiled against (`torch==2.14.*`).
+
+    The family, not the patch: libtorch keeps its C++ ABI within a minor release (upstream flash-attn
+    names wheels by torch X.Y for that reason), and pinning the patch would make every torch patch
+    release a rebuild. A different minor release is refused by pip's resolver.
+    """
+    return f"{TORCH_PROJECT}=={torch_family(torch_version)}.*"
+
+
+def cp_tag(python: str) -> str:
+    """`3.11` -> `cp311`."""
+    return "cp" + python.replace(".", "")
+
+
+def dist_name(kernel: str) -> str:
+    """The wheel file's distribution part: `flash-attn` -> `flash_attn`."""
+    return canonicalize_name(kernel).replace("-", "_")
+
+
+def _profile_tag(inputs: dict[str, Any], manifest: dict[str, Any], built_local: str | None) -> str | None:
+    """The profile's local-version tag (a profile's `tag` may differ from its name: inference -> infer).
+
+    In order: `inputs.profile_tag`; the tag of the planned `local_version` in the manifest; the tag of
+    the local version the build set (FLASH_ATTN_LOCAL_VERSION), when it names the same variant; the name.
+    """
+    profile = str(inputs.get("profile") or "full")
+    if profile == "full" and not inputs.get("profile_tag"):
+        return None
+    if inputs.get("profile_tag"):
+        return str(inputs["profile_tag"])
+    for local in (manifest.get("local_version"), built_local):
+        if isinstance(local, str) and (parts := parse_local(local)) and parts.profile_tag:
+            return parts.profile_tag
+    return profile
+
+
+def cell_from_manifest(manifest: dict[str, Any], built_local: str | None = None) -> Cell:
+    """The planner's Cell for the manifest's inputs (names derive from it, as in `attnforge plan`)."""
+    inputs = manifest.get("inputs") or {}
+    missing = [k for k in ("toolkit", "torch", "python", "cxx11_abi") if k not in inputs]
+    if missing:
+        raise BuildError(f"manifest inputs lack {', '.join(missing)}: cannot name the wheel")
+    profile = str(inputs.get("profile") or "full")
+    tag = _profile_tag(inputs, manifest, built_local)
+    try:
+        spec = ProfileSpec() if tag is None else ProfileSpec(tag=tag, description="(from manifest)")
+    except ValueError as exc:
+        raise BuildError(f"profile tag {tag!r}: {exc}") from None
+    if tag is not None and profile == "full":
+        profile = tag
+    return Cell(
+        kernel=str(manifest.get("kernel") or PROJECT),
+        kernel_version=str(manifest.get("kernel_version") or ""),
+        toolkit=Toolkit.parse(str(inputs["toolkit"])),
+        torch=str(inputs["torch"]).split("+")[0],
+        python=str(inputs["python"]),
+        cxx11_abi=bool(inputs["cxx11_abi"]),
+        arches=tuple(str(a) for a in inputs.get("arches") or ()),
+        profile=profile,
+        platform=str(inputs.get("platform") or "x86_64"),
+        torch_variant=inputs.get("torch_variant"),
+        profile_spec=spec,
+    )
+
+
+@dataclass(frozen=True)
+class WheelNames:
+    """What finalize makes a wheel say."""
+
+    dist: str  # flash_attn
+    version: str  # 2.8.3+cu130torch2.14cxx11abiTRUE
+    local_version: str
+    variant: str
+    python_tag: str  # cp311
+    torch_requirement: str  # torch==2.14.*
+    platform: str  # x86_64
+
+
+def expected_names(manifest: dict[str, Any], built_local: str | None = None) -> WheelNames:
+    """Names for the manifest's cell; `kernel_version` must be set (`built_local`: see `_profile_tag`)."""
+    cell = cell_from_manifest(manifest, built_local)
+    if not cell.kernel_version:
+        raise BuildError("manifest has no kernel_version")
+    return WheelNames(
+        dist=dist_name(cell.kernel),
+        version=f"{cell.kernel_version}+{cell.local_version}",
+        local_version=cell.local_version,
+        variant=cell.variant,
+        python_tag=cell.cp,
+        torch_requirement=torch_requirement(cell.torch),
+        platform=cell.platform,
+    )

@@ -1,0 +1,48 @@
+"""A tiny but real flash_attn look-alike: a `flash_attn` package and a torch extension `flash_attn_2_cuda`.
+
+Mirrors upstream's knobs that matter to packaging: FLASH_ATTN_LOCAL_VERSION (local version segment),
+FLASH_ATTN_CUDA_ARCHS (";"-separated, e.g. "90"), and builds a CUDA extension when torch is a CUDA
+build and nvcc is found (else a C++ extension: the torch+cpu build used by the mismatch tests).
+"""
+
+import os
+
+import torch
+from setuptools import setup
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+
+version = "2.8.3"
+local = os.environ.get("FLASH_ATTN_LOCAL_VERSION")
+if local:
+    version += "+" + local
+
+torch_major_minor = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+std = "-std=c++20" if torch_major_minor >= (2, 14) else "-std=c++17"
+use_cuda = (
+    torch.version.cuda is not None and CUDA_HOME is not None and os.environ.get("MINI_FA_CPP_ONLY") != "1"
+)
+
+if use_cuda:
+    archs = os.environ.get("FLASH_ATTN_CUDA_ARCHS", "90").split(";")
+    ext = CUDAExtension(
+        "flash_attn_2_cuda",
+        ["csrc/flash_api.cpp", "csrc/add_one_kernel.cu"],
+        define_macros=[("MINI_FA_CUDA", "1")],
+        extra_compile_args={
+            "cxx": ["-O1", std],
+            "nvcc": ["-O2"] + [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs],
+        },
+    )
+else:
+    ext = CppExtension("flash_attn_2_cuda", ["csrc/flash_api.cpp"], extra_compile_args=["-O1", std])
+
+setup(
+    name="flash_attn",
+    version=version,
+    description="attnforge test fixture shaped like flash-attn (not the real kernels)",
+    packages=["flash_attn"],
+    ext_modules=[ext],
+    cmdclass={"build_ext": BuildExtension},
+    python_requires=">=3.9",
+    install_requires=["torch"],
+)
