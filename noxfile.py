@@ -44,6 +44,27 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *args, env={"ATTNFORGE_TEST_PYTHON": session.python or PYTHON, **_ci_env()})
 
 
+@nox.session(name="runner-check", venv_backend="none")
+def runner_check(session: nox.Session) -> None:
+    """Validate this machine as a self-hosted GPU runner (driver, arches, Docker, disk, MAX_JOBS, smoke run)."""
+    args = session.posargs or ["--target", "default", "--json", "reports/gpu/runner_check.json"]
+    session.run("attnforge", "runner", "check", *args, external=True)
+
+
+@nox.session(python=PYTHON)
+def ci(session: nox.Session) -> None:
+    """Regenerate .github/workflows from matrix.yaml (`-- --check` fails when the checked-in files differ)."""
+    _install(session, "[dev]")
+    session.run("attnforge", "ci", "generate", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def publish(session: nox.Session) -> None:
+    """Publish the built wheels: `-- --to local` (static per-variant index) or `-- --to internal` (pypiserver)."""
+    _install(session, "[publish]")
+    session.run("attnforge", "publish", *(session.posargs or ["--to", "local"]))
+
+
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff (lint + format check) and mypy --strict on src/."""

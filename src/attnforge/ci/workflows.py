@@ -1,0 +1,551 @@
+"""GitHub Actions workflows from matrix.yaml: one build job per kernel-set, GPU parity, publish, images.
+
+Three roles, one file each, every one built from a matrix target:
+- ``pr``: pull requests and pushes to the default branch (lint, tests, the workflows' sync check, builds,
+  parity on self-hosted GPU runners but never for pull requests from forks);
+- ``release``: tags ``v*``: builds, parity, then publish to the private index, a GitHub release and images;
+- ``nightly``: a scheduled re-validation: builds, parity, and ``runner check`` on every GPU runner class.
+
+The output is a pure function of the plan and the settings (sorted jobs, stable text), so a test can
+regenerate it and compare with the checked-in files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..cell import Cell
+from ..errors import ConfigurationError
+from ..plan import Plan
+from ..project import Project
+from ..runner.arches import arch_label, arch_runs_on, cuda_label
+from .yamltext import Comment, Literal, dump
+
+ROLES = ("pr", "release", "nightly")
+DEFAULT_TARGETS = {"pr": "default", "release": "release", "nightly": "nightly"}
+
+# One place for the actions used (update here, regenerate, commit). Majors on the Node 24 runtime:
+# actionlint flags the Node 20 ones (cache@v4, upload-artifact@v4, download-artifact@v4..v6).
+ACTIONS = {
+    "checkout": "actions/checkout@v5",
+    "setup-python": "actions/setup-python@v6",
+    "cache-restore": "actions/cache/restore@v5",
+    "cache-save": "actions/cache/save@v5",
+    "upload": "actions/upload-artifact@v6",
+    "download": "actions/download-artifact@v7",
+}
+
+FORK_GUARD = "github.event.pull_request.head.repo.full_name == github.repository || github.event_name != 'pull_request'"
+
+MEMORY_NOTE = (
+    "MAX_JOBS / NVCC_THREADS are not set: `attnforge build` picks them from the cores and the memory\n"
+    "this runner really has (cgroup limits included) and the measured peak of one nvcc job (about\n"
+    "4.4 GiB per arch for FA2 units), and lowers them and resumes if a compiler is killed for memory.\n"
+    "Set them in `env:` only to override (e.g. MAX_JOBS: 2 on a 7 GiB hosted runner)."
+)
+
+
+@dataclass(frozen=True)
+class CiSettings:
+    """Knobs of the generated workflows that matrix.yaml does not carry."""
+
+    python: str = "3.11"
+    build_runs_on: tuple[str, ...] = ("ubuntu-latest",)
+    build_timeout_minutes: int = 360
+    gpu_arches: tuple[str, ...] = ("sm_90",)  # the self-hosted runner classes that exist
+    parity_timeout_minutes: int = 60
+    nightly_cron: str = "17 3 * * *"
+    default_branch: str = "main"
+    publish_to: str = "internal"
+    release_environment: str = "release"
+
+
+@dataclass(frozen=True)
+class KernelSetJob:
+    """The cells of one kernel-set key: built by one job so the compiled objects are reused."""
+
+    key: str
+    cells: tuple[Cell, ...]
+
+    @property
+    def first(self) -> Cell:
+        return self.cells[0]
+
+    @property
+    def job_id(self) -> str:
+        return f"build-{self.key}"
+
+    @property
+    def title(self) -> str:
+        c = self.first
+        pythons = ", ".join(x.cp for x in self.cells)
+        return f"build {c.variant} {c.arch_slug} {c.profile} [{pythons}]"
+
+    def sort_key(self) -> tuple[str, str, str, str]:
+        c = self.first
+        return (c.variant, c.arch_slug, c.profile, self.key)
+
+
+@dataclass(frozen=True)
+class ParityJob:
+    """GPU parity of one kernel-set's wheels on one runner class."""
+
+    build: KernelSetJob
+    device_arch: str
+
+    @property
+    def job_id(self) -> str:
+        return f"parity-{self.build.key}-{arch_label(self.device_arch)}"
+
+    @property
+    def labels(self) -> list[str]:
+        tk = self.build.first.toolkit
+        base = ["self-hosted", "linux", "x64", "gpu"]
+        if tk.kind == "cuda":
+            return [*base, arch_label(self.device_arch), cuda_label(tk.major)]
+        return [*base, "rocm", arch_label(self.device_arch)]
+
+
+@dataclass
+class WorkflowSpec:
+    """One workflow file: a role and the target whose plan it runs."""
+
+    role: str
+    target: str
+    file: str = ""
+    builds: list[KernelSetJob] = field(default_factory=list)
+    parity: list[ParityJob] = field(default_factory=list)
+    untested: list[KernelSetJob] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.file:
+            self.file = f"attnforge-{self.role}.yml"
+
+
+def parse_target_options(values: tuple[str, ...], available: Mapping[str, Any]) -> dict[str, str]:
+    """`--target [ROLE=]TARGET` values -> {role: target}; none given -> every default whose target exists."""
+    if not values:
+        return {r: t for r, t in DEFAULT_TARGETS.items() if t in available}
+    chosen: dict[str, str] = {}
+    for raw in values:
+        role, sep, target = raw.partition("=")
+        if not sep:
+            target = raw
+            role = raw if raw in ROLES else "pr"
+        if role not in ROLES:
+            raise ConfigurationError(f"--target {raw}: role must be one of {', '.join(ROLES)} (ROLE=TARGET)")
+        if target not in available:
+            raise ConfigurationError(
+                f"--target {raw}: no target '{target}' in the matrix ({', '.join(available)})"
+            )
+        if role in chosen and chosen[role] != target:
+            raise ConfigurationError(f"--target: role '{role}' given twice ({chosen[role]}, {target})")
+        chosen[role] = target
+    return {r: chosen[r] for r in ROLES if r in chosen}
+
+
+def kernel_set_jobs(plan: Plan) -> list[KernelSetJob]:
+    """One job per kernel-set key of the plan's valid cells, in a stable, readable order."""
+    jobs = [
+        KernelSetJob(key, tuple(sorted(cells, key=lambda c: (c.python.zfill(5), c.id))))
+        for key, cells in plan.kernel_sets().items()
+    ]
+    return sorted(jobs, key=KernelSetJob.sort_key)
+
+
+def parity_jobs(
+    builds: list[KernelSetJob], settings: CiSettings
+) -> tuple[list[ParityJob], list[KernelSetJob]]:
+    """A parity job per (kernel-set, runner class whose GPU runs one of its arches); the sets no runner covers."""
+    parity: list[ParityJob] = []
+    untested: list[KernelSetJob] = []
+    for b in builds:
+        devices = [d for d in settings.gpu_arches if any(arch_runs_on(a, d) for a in b.first.arches)]
+        if not devices:
+            untested.append(b)
+        parity.extend(ParityJob(b, d) for d in devices)
+    return parity, untested
+
+
+def make_spec(project: Project, role: str, target: str, settings: CiSettings) -> WorkflowSpec:
+    plan = project.plan(target)
+    builds = kernel_set_jobs(plan)
+    if not builds:
+        raise ConfigurationError(
+            f"target '{target}' has no valid cell: nothing for a '{role}' workflow to build"
+        )
+    parity, untested = parity_jobs(builds, settings)
+    return WorkflowSpec(role, target, builds=builds, parity=parity, untested=untested)
+
+
+# ---------------------------------------------------------------- job bodies
+
+
+def _checkout() -> dict[str, Any]:
+    return {"uses": ACTIONS["checkout"], "with": {"persist-credentials": False}}
+
+
+def _setup_python(settings: CiSettings) -> dict[str, Any]:
+    return {"uses": ACTIONS["setup-python"], "with": {"python-version": settings.python}}
+
+
+def _install_nox() -> dict[str, Any]:
+    return {"name": "install nox", "run": "python -m pip install nox"}
+
+
+def _runs_on(labels: tuple[str, ...] | list[str]) -> Any:
+    return labels[0] if len(labels) == 1 else list(labels)
+
+
+def build_job(
+    job: KernelSetJob, spec: WorkflowSpec, project: Project, settings: CiSettings
+) -> dict[Any, Any]:
+    build = project.matrix.build
+    cache, out = build.cache_dir, build.output_dir
+    cells = "".join(f" \\\n  --cell {c.id}" for c in job.cells)
+    key = f"attnforge-{job.key}-${{{{ github.run_id }}}}-${{{{ github.run_attempt }}}}"
+    steps: list[Any] = [
+        _checkout(),
+        _setup_python(settings),
+        _install_nox(),
+        {
+            "name": "restore this kernel-set's objects",
+            "uses": ACTIONS["cache-restore"],
+            "with": {"path": cache, "key": key, "restore-keys": f"attnforge-{job.key}-"},
+        },
+        {
+            Comment(MEMORY_NOTE): None,
+            "name": f"build {len(job.cells)} cell(s)",
+            "timeout-minutes": max(10, settings.build_timeout_minutes - 25),
+            "run": f"nox -s build-wheels -- --target {spec.target} --quiet{cells}\n",
+        },
+        {
+            Comment(
+                "saved even after a failure or a timeout: the next run resumes from the finished units"
+            ): None,
+            "name": "save this kernel-set's objects",
+            "if": "always()",
+            "uses": ACTIONS["cache-save"],
+            "with": {"path": cache, "key": key},
+        },
+        {
+            "name": "upload the wheels",
+            "uses": ACTIONS["upload"],
+            "with": {
+                "name": f"wheels-{job.key}",
+                "path": f"{out}/*.whl\n{out}/*.manifest.json\n",
+                "if-no-files-found": "error",
+            },
+        },
+        {
+            "name": "upload the build logs",
+            "if": "failure()",
+            "uses": ACTIONS["upload"],
+            "with": {"name": f"logs-{job.key}", "path": f"{out}/logs/", "if-no-files-found": "ignore"},
+        },
+    ]
+    return {
+        Comment(f"kernel-set {job.key}:\n" + "\n".join(f"  {c.id}" for c in job.cells)): None,
+        "name": job.title,
+        "runs-on": _runs_on(settings.build_runs_on),
+        "timeout-minutes": settings.build_timeout_minutes,
+        "steps": steps,
+    }
+
+
+def parity_job(job: ParityJob, project: Project, settings: CiSettings) -> dict[Any, Any]:
+    out = project.matrix.build.output_dir
+    return {
+        "name": f"parity {job.build.first.variant} {job.build.first.profile} on {arch_label(job.device_arch)}",
+        "needs": [job.build.job_id],
+        "if": FORK_GUARD,
+        "runs-on": job.labels,
+        "timeout-minutes": settings.parity_timeout_minutes,
+        "steps": [
+            _checkout(),
+            {
+                "name": "download the wheels",
+                "uses": ACTIONS["download"],
+                "with": {"name": f"wheels-{job.build.key}", "path": out},
+            },
+            {"name": "GPU parity", "run": f"nox -s gpu-parity -- --wheels {out}"},
+            {
+                "name": "upload the parity report and the updated manifests",
+                "if": "always()",
+                "uses": ACTIONS["upload"],
+                "with": {
+                    "name": job.job_id,
+                    "path": f"{out}/*.manifest.json\nreports/gpu/\n",
+                    "if-no-files-found": "warn",
+                },
+            },
+        ],
+    }
+
+
+def _download_all(out: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": "download every kernel-set's wheels",
+            "uses": ACTIONS["download"],
+            "with": {"pattern": "wheels-*", "merge-multiple": True, "path": out},
+        },
+        {
+            "name": "download the parity reports (manifests with parity results)",
+            "uses": ACTIONS["download"],
+            "with": {"pattern": "parity-*", "merge-multiple": True, "path": "."},
+        },
+    ]
+
+
+def _gate(spec: WorkflowSpec) -> list[str]:
+    """What publishing waits for: every parity job, and the builds no runner class can test."""
+    return sorted([p.job_id for p in spec.parity] + [b.job_id for b in spec.untested])
+
+
+def publish_job(spec: WorkflowSpec, project: Project, settings: CiSettings) -> dict[Any, Any]:
+    dest = project.matrix.destinations.get(settings.publish_to)
+    env: dict[str, str] = {}
+    if dest is not None:
+        for var in (dest.username_env, dest.password_env):
+            if var:
+                env[var] = f"${{{{ secrets.{var} }}}}"
+    out = project.matrix.build.output_dir
+    return {
+        "name": f"publish to {settings.publish_to}",
+        "needs": _gate(spec),
+        "runs-on": "ubuntu-latest",
+        "environment": settings.release_environment,
+        "steps": [
+            _checkout(),
+            _setup_python(settings),
+            _install_nox(),
+            *_download_all(out),
+            {
+                Comment("credentials reach the command only as environment variables"): None,
+                "name": f"publish (destination '{settings.publish_to}' of matrix.yaml)",
+                "run": f"nox -s publish -- --to {settings.publish_to}",
+                "env": env,
+            },
+        ],
+    }
+
+
+def release_job(project: Project) -> dict[Any, Any]:
+    out = project.matrix.build.output_dir
+    return {
+        Comment("the only job that may write to the repository (it creates the release)"): None,
+        "name": "GitHub release",
+        "needs": ["publish"],
+        "runs-on": "ubuntu-latest",
+        "permissions": {"contents": "write"},
+        "steps": [
+            {
+                "name": "download every kernel-set's wheels",
+                "uses": ACTIONS["download"],
+                "with": {"pattern": "wheels-*", "merge-multiple": True, "path": out},
+            },
+            {
+                "name": "create the release",
+                "env": {"GH_TOKEN": "${{ github.token }}", "TAG": "${{ github.ref_name }}"},
+                "run": (
+                    f"cd {out}\n"
+                    "sha256sum -- *.whl > SHA256SUMS\n"
+                    'gh release create "$TAG" --repo "$GITHUB_REPOSITORY" --title "$TAG" --verify-tag \\\n'
+                    "  --generate-notes -- *.whl *.manifest.json SHA256SUMS\n"
+                ),
+            },
+        ],
+    }
+
+
+def images_job(spec: WorkflowSpec, settings: CiSettings) -> dict[Any, Any]:
+    return {
+        Comment("runs when the repository variable ATTNFORGE_REGISTRY names a registry"): None,
+        "name": "images",
+        "needs": ["publish"],
+        "if": "vars.ATTNFORGE_REGISTRY != ''",
+        "runs-on": "ubuntu-latest",
+        "environment": settings.release_environment,
+        "steps": [
+            _checkout(),
+            _setup_python(settings),
+            _install_nox(),
+            {
+                "name": "log in to the registry",
+                "env": {
+                    "REGISTRY": "${{ vars.ATTNFORGE_REGISTRY }}",
+                    "REGISTRY_USER": "${{ secrets.ATTNFORGE_REGISTRY_USER }}",
+                    "REGISTRY_PASSWORD": "${{ secrets.ATTNFORGE_REGISTRY_PASSWORD }}",
+                },
+                "run": 'printf %s "$REGISTRY_PASSWORD" | docker login "$REGISTRY" -u "$REGISTRY_USER" --password-stdin',
+            },
+            {
+                "name": "build, test and push the images",
+                "run": f"nox -s images -- --target {spec.target} --push",
+            },
+        ],
+    }
+
+
+def runner_check_jobs(spec: WorkflowSpec, settings: CiSettings) -> dict[str, Any]:
+    jobs: dict[str, Any] = {}
+    for arch in settings.gpu_arches:
+        label = arch_label(arch)
+        labels = ["self-hosted", "linux", "x64", "gpu", *(["rocm"] if arch.startswith("gfx") else []), label]
+        jobs[f"runner-check-{label}"] = {
+            "name": f"runner check on {label}",
+            "runs-on": labels,
+            "timeout-minutes": 30,
+            "steps": [
+                _checkout(),
+                {
+                    "name": "attnforge runner check",
+                    "run": (
+                        f"nox -s runner-check -- --target {spec.target} "
+                        f"--json reports/gpu/runner_check-{label}.json"
+                    ),
+                },
+                {
+                    "name": "upload the report",
+                    "if": "always()",
+                    "uses": ACTIONS["upload"],
+                    "with": {
+                        "name": f"runner-check-{label}",
+                        "path": f"reports/gpu/runner_check-{label}.json",
+                    },
+                },
+            ],
+        }
+    return jobs
+
+
+def checks_job(settings: CiSettings) -> dict[str, Any]:
+    return {
+        "name": "lint, tests, workflows in sync",
+        "runs-on": "ubuntu-latest",
+        "timeout-minutes": 90,
+        "steps": [
+            _checkout(),
+            _setup_python(settings),
+            _install_nox(),
+            {"name": "lint", "run": "nox -s lint"},
+            {"name": "tests", "run": "nox -s tests"},
+            {
+                "name": "workflows match matrix.yaml",
+                "run": "python -m pip install -e . && attnforge ci generate --check",
+            },
+        ],
+    }
+
+
+# ---------------------------------------------------------------- whole files
+
+
+def _triggers(role: str, settings: CiSettings) -> dict[str, Any]:
+    if role == "pr":
+        return {
+            "pull_request": {},
+            "push": {"branches": [settings.default_branch]},
+            "workflow_dispatch": {},
+        }
+    if role == "release":
+        return {"push": {"tags": ["v*"]}, "workflow_dispatch": {}}
+    return {"schedule": [{"cron": settings.nightly_cron}], "workflow_dispatch": {}}
+
+
+def _concurrency(role: str) -> dict[str, Any]:
+    if role == "pr":
+        return {
+            "group": "${{ github.workflow }}-${{ github.event.pull_request.number || github.ref }}",
+            "cancel-in-progress": True,
+        }
+    return {"group": "${{ github.workflow }}-${{ github.ref }}", "cancel-in-progress": False}
+
+
+TITLES = {
+    "pr": "attnforge: pull requests",
+    "release": "attnforge: release",
+    "nightly": "attnforge: nightly re-validation",
+}
+
+
+def workflow(spec: WorkflowSpec, project: Project, settings: CiSettings) -> dict[Any, Any]:
+    """The workflow of one role as an ordered mapping (written by yamltext.dump)."""
+    jobs: dict[Any, Any] = {}
+    if spec.role == "pr":
+        jobs["checks"] = checks_job(settings)
+    for b in spec.builds:
+        jobs[b.job_id] = build_job(b, spec, project, settings)
+    if spec.untested:
+        jobs[
+            Comment("no GPU runner class runs " + ", ".join(b.key for b in spec.untested) + ": not tested")
+        ] = None
+    for p in spec.parity:
+        jobs[p.job_id] = parity_job(p, project, settings)
+    if spec.role == "release":
+        jobs["publish"] = publish_job(spec, project, settings)
+        jobs["github-release"] = release_job(project)
+        jobs["images"] = images_job(spec, settings)
+    if spec.role == "nightly":
+        jobs.update(runner_check_jobs(spec, settings))
+    spaced: dict[Any, Any] = {}
+    for i, (k, v) in enumerate(jobs.items()):
+        if i and not isinstance(k, Comment):
+            spaced[Comment("", blank_before=True)] = None
+        spaced[k] = v
+    return {
+        "name": TITLES[spec.role],
+        Literal("on"): _triggers(spec.role, settings),
+        Comment("least privilege: read-only by default; only the release job may write"): None,
+        "permissions": {"contents": "read"},
+        "concurrency": _concurrency(spec.role),
+        "env": {"ATTNFORGE_MATRIX": "matrix.yaml", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "FORCE_COLOR": "1"},
+        "defaults": {"run": {"shell": "bash"}},
+        "jobs": spaced,
+    }
+
+
+def header(spec: WorkflowSpec) -> str:
+    cells = sum(len(b.cells) for b in spec.builds)
+    return (
+        f"Generated by `attnforge ci generate` from matrix.yaml (target '{spec.target}', role '{spec.role}').\n"
+        "Do not edit: change matrix.yaml (or the generator) and run `attnforge ci generate`;\n"
+        "`attnforge ci generate --check` and a unit test fail while this file is stale.\n"
+        f"{len(spec.builds)} build job(s), one per kernel-set, building {cells} cell(s); "
+        f"{len(spec.parity)} GPU parity job(s)."
+    )
+
+
+def render(project: Project, roles: Mapping[str, str], settings: CiSettings | None = None) -> dict[str, str]:
+    """{file name: YAML text} for the given {role: target}."""
+    settings = settings or CiSettings()
+    files: dict[str, str] = {}
+    for role, target in roles.items():
+        spec = make_spec(project, role, target, settings)
+        files[spec.file] = dump(workflow(spec, project, settings), header=header(spec))
+    return dict(sorted(files.items()))
+
+
+def self_hosted_labels(files: Mapping[str, str]) -> list[str]:
+    """The custom labels the workflows ask self-hosted runners for (actionlint's `self-hosted-runner`)."""
+    from .yamltext import load
+
+    builtin = {"self-hosted", "linux", "x64", "arm64", "windows", "macos"}
+    labels: set[str] = set()
+    for text in files.values():
+        for job in (load(text).get("jobs") or {}).values():
+            runs_on = job.get("runs-on")
+            if isinstance(runs_on, list) and "self-hosted" in runs_on:
+                labels.update(str(x) for x in runs_on if x not in builtin)
+    return sorted(labels)
+
+
+def actionlint_config(files: Mapping[str, str]) -> str:
+    """`.github/actionlint.yaml` text declaring the self-hosted runner labels the workflows use."""
+    return dump(
+        {"self-hosted-runner": {"labels": self_hosted_labels(files)}},
+        header="Runner labels used by the generated workflows (attnforge ci generate --actionlint-config).",
+    )

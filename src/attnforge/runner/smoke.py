@@ -1,0 +1,177 @@
+"""The optional smoke run: install a flash-attn wheel into a fresh venv that reuses the machine's torch
+(`--system-site-packages`) and compare one small flash_attn_func forward with torch SDPA on every GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .host import Host
+
+PREFIX = "@@attnforge-runner-smoke "
+
+# `--system-site-packages` reaches the *base* interpreter's packages only: when the machine's torch lives
+# in a venv (e.g. /opt/torch/.venv), a .pth file in the new venv chains that venv's site-packages too.
+LINK_SCRIPT = (
+    "import site, sys; "
+    "open(site.getsitepackages()[0] + '/_attnforge_base.pth', 'w').write('\\n'.join(sys.argv[1:]) + '\\n')"
+)
+
+# Runs inside the venv: standard library + torch + flash_attn only.
+SMOKE_SCRIPT = r"""
+import json, sys, time
+from importlib import metadata
+out = {"devices": [], "error": None}
+def done():
+    print("@@attnforge-runner-smoke " + json.dumps(out), flush=True)
+    sys.exit(0)
+try:
+    import torch
+    import torch.nn.functional as F
+    out["torch"] = torch.__version__
+    reqs = [r for r in (metadata.requires("flash_attn") or []) if r.replace(" ", "").lower().startswith("torch")]
+    out["torch_requirement"] = reqs[0] if reqs else None
+    from flash_attn import flash_attn_func
+    out["flash_attn"] = metadata.version("flash_attn")
+except Exception as exc:
+    out["error"] = "import: %s: %s" % (type(exc).__name__, exc)
+    done()
+record = {}
+try:
+    record = json.loads(metadata.distribution("flash_attn").read_text("attnforge_build.json") or "{}")
+except Exception:
+    pass
+inputs = record.get("inputs") or {}
+head_dims = inputs.get("head_dims") or [128]
+hdim = 128 if 128 in head_dims else int(head_dims[0])
+dtypes = inputs.get("dtypes") or ["bf16"]
+dtype = torch.bfloat16 if "bf16" in dtypes else torch.float16
+out["shape"] = {"batch": 2, "seqlen": 256, "heads": 4, "head_dim": hdim, "dtype": str(dtype), "causal": True}
+for i in range(torch.cuda.device_count()):
+    row = {"index": i, "name": torch.cuda.get_device_name(i), "passed": False}
+    try:
+        dev = torch.device("cuda", i)
+        gen = torch.Generator(device=dev).manual_seed(0)
+        q, k, v = (torch.randn(2, 256, 4, hdim, device=dev, dtype=dtype, generator=gen) for _ in range(3))
+        t0 = time.perf_counter()
+        got = flash_attn_func(q, k, v, causal=True)
+        torch.cuda.synchronize(dev)
+        row["seconds"] = round(time.perf_counter() - t0, 4)
+        ref = F.scaled_dot_product_attention(
+            q.transpose(1, 2).float(), k.transpose(1, 2).float(), v.transpose(1, 2).float(), is_causal=True
+        ).transpose(1, 2)
+        err = (got.float() - ref).abs().max().item()
+        row["max_abs_err"] = err
+        row["tolerance"] = 2e-2
+        row["passed"] = bool(torch.isfinite(got).all().item()) and err <= 2e-2
+    except Exception as exc:
+        row["error"] = "%s: %s" % (type(exc).__name__, str(exc)[:500])
+    out["devices"].append(row)
+if not out["devices"]:
+    out["error"] = "torch sees no GPU (torch.cuda.device_count() == 0)"
+done()
+"""
+
+
+@dataclass
+class SmokeResult:
+    """`passed`/`failed` count GPUs; `ran` is False when no smoke run was asked for or it could not start."""
+
+    passed: int = 0
+    failed: int = 0
+    ran: bool = False
+    source: str = ""
+    detail: str = "not asked for (--smoke-wheel PATH or --smoke-index URL)"
+    results: list[dict[str, Any]] = field(default_factory=list)
+    output: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "failed": self.failed,
+            "ran": self.ran,
+            "source": self.source,
+            "detail": self.detail,
+            "results": self.results,
+            "torch": self.output.get("torch"),
+            "flash_attn": self.output.get("flash_attn"),
+            "torch_requirement": self.output.get("torch_requirement"),
+            "shape": self.output.get("shape"),
+        }
+
+
+def parse_smoke_output(stdout: str) -> dict[str, Any] | None:
+    """The JSON the script printed on its marker line (None when absent)."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(PREFIX):
+            data: dict[str, Any] = json.loads(line[len(PREFIX) :])
+            return data
+    return None
+
+
+def summarize(data: dict[str, Any], source: str) -> SmokeResult:
+    """Count GPUs that passed and failed; an import error fails every GPU (at least one)."""
+    devices = list(data.get("devices") or [])
+    res = SmokeResult(ran=True, source=source, results=devices, output=data)
+    if data.get("error") and not devices:
+        res.failed = 1
+        req = data.get("torch_requirement")
+        res.detail = str(data["error"]) + (
+            f" (wheel requires {req}, torch here {data.get('torch')})" if req else ""
+        )
+        return res
+    res.passed = sum(1 for d in devices if d.get("passed"))
+    res.failed = len(devices) - res.passed
+    parts = []
+    for d in devices:
+        what = f"max |err| {d['max_abs_err']:.2e}" if "max_abs_err" in d else d.get("error", "failed")
+        parts.append(f"GPU{d['index']} {'ok' if d.get('passed') else 'FAILED'} ({what})")
+    res.detail = f"flash_attn {data.get('flash_attn')} vs SDPA: " + "; ".join(parts)
+    return res
+
+
+def run_smoke(
+    host: Host,
+    python: str,
+    *,
+    wheel: Path | None = None,
+    index_url: str | None = None,
+    workdir: Path | None = None,
+    base_site: list[str] | None = None,
+    timeout: float = 900.0,
+) -> SmokeResult:
+    """Install the wheel (or flash-attn from the index) into a fresh venv and run the script.
+
+    `base_site`: site-packages folders of the interpreter that has torch (chained with a .pth file).
+    """
+    source = str(wheel) if wheel else f"flash-attn from {index_url}"
+    tmp = Path(tempfile.mkdtemp(prefix="attnforge-smoke-", dir=workdir))
+    try:
+        venv = tmp / "venv"
+        made = host.run([python, "-m", "venv", "--system-site-packages", str(venv)], timeout=300)
+        if not made.ok:
+            return SmokeResult(ran=False, failed=1, source=source, detail=f"venv: {made.reason()}")
+        vpy = str(venv / "bin" / "python")
+        if base_site:
+            linked = host.run([vpy, "-c", LINK_SCRIPT, *base_site], timeout=60)
+            if not linked.ok:
+                return SmokeResult(ran=False, failed=1, source=source, detail=f"venv link: {linked.reason()}")
+        pip = [vpy, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "--quiet"]
+        what = [str(wheel)] if wheel else ["--index-url", str(index_url), "flash-attn"]
+        installed = host.run([*pip, *what], timeout=600)
+        if not installed.ok:
+            return SmokeResult(
+                ran=False, failed=1, source=source, detail=f"pip install: {installed.reason()}"
+            )
+        res = host.run([vpy, "-c", SMOKE_SCRIPT], timeout=timeout)
+        data = parse_smoke_output(res.stdout)
+        if data is None:
+            return SmokeResult(ran=True, failed=1, source=source, detail=f"smoke script: {res.reason()}")
+        return summarize(data, source)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

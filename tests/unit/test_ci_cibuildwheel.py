@@ -1,0 +1,114 @@
+"""The per-cell cibuildwheel config: values, TOML, and cibuildwheel's own schema and parser when installed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnforge.cell import Cell
+from attnforge.ci.cibuildwheel_config import caveats, cibuildwheel_config, to_toml
+from attnforge.errors import ConfigurationError
+from attnforge.project import Project
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
+MINI = str(ROOT / "tests" / "data" / "compat_mini.toml")
+
+
+@pytest.fixture(scope="module")
+def cell() -> Cell:
+    return Project(ROOT / "matrix.yaml", MINI).plan("default").valid[0]
+
+
+@pytest.fixture(scope="module")
+def rocm_cell() -> Cell:
+    return next(
+        c for c in Project(ROOT / "matrix.yaml", MINI).plan("release").valid if c.toolkit.kind == "rocm"
+    )
+
+
+def test_cuda_cell_config(cell: Cell) -> None:
+    cfg = cibuildwheel_config(cell, max_jobs=6, nvcc_threads=2)
+    assert cfg["build"] == "cp311-manylinux_x86_64"
+    assert cfg["manylinux-x86_64-image"] == "manylinux_2_28"
+    assert "cuda-nvcc-13-0" in cfg["before-all"]  # dnf install into the stock manylinux image
+    assert "'torch==2.14.1'" in cfg["before-build"] and "whl/cu130" in cfg["before-build"]
+    env = cfg["environment"]
+    assert env["MAX_JOBS"] == "6" and env["NVCC_THREADS"] == "2"
+    assert env["FLASH_ATTN_CUDA_ARCHS"] == "90" and env["FLASH_ATTENTION_FORCE_BUILD"] == "TRUE"
+    assert env["FLASH_ATTN_LOCAL_VERSION"] == cell.local_version
+    assert "-DFLASHATTENTION_DISABLE_BACKWARD" in env["NVCC_APPEND_FLAGS"]
+    repair = cfg["repair-wheel-command"]
+    for lib in ("libtorch.so", "libc10.so", "libc10_cuda.so", "libtorch_cpu.so", "libtorch_cuda.so",
+                "libtorch_python.so", "libcudart.so.*"):  # fmt: skip
+        assert f"--exclude {lib}" in repair
+    assert repair.endswith("-w {dest_dir} {wheel}")
+    assert "import torch, flash_attn, flash_attn_2_cuda" in cfg["test-command"]
+    assert "MAX_JOBS" not in cibuildwheel_config(cell)["environment"]  # nothing guessed
+
+
+def test_image_and_pypi_toolkit_sources(cell: Cell) -> None:
+    cfg = cibuildwheel_config(cell, image="local/manylinux-cuda:13.0", create_args=("--gpus", "all"))
+    assert cfg["manylinux-x86_64-image"] == "local/manylinux-cuda:13.0"
+    assert cfg["before-all"].startswith("nvcc --version")
+    assert cfg["container-engine"] == {"name": "docker", "create-args": ["--gpus", "all"]}
+    pypi = cibuildwheel_config(cell, toolkit_source="pypi")["before-all"]
+    assert "'nvidia-cuda-nvcc==13.0.*'" in pypi and "/opt/cuda-pypi/nvidia/cu13" in pypi
+
+
+def test_refusals(cell: Cell, rocm_cell: Cell) -> None:
+    old = Project(ROOT / "matrix.yaml", MINI).plan("nightly").valid
+    cu128 = next(c for c in old if c.toolkit.version == "12.8")
+    with pytest.raises(ConfigurationError, match="no nvcc"):
+        cibuildwheel_config(cu128, toolkit_source="pypi")
+    with pytest.raises(ConfigurationError, match="toolkit_source"):
+        cibuildwheel_config(cell, toolkit_source="conda")
+    with pytest.raises(ConfigurationError, match="ROCm"):
+        cibuildwheel_config(rocm_cell)
+    cfg = cibuildwheel_config(rocm_cell, image="local/manylinux-rocm:6.4")
+    assert cfg["environment"]["BUILD_TARGET"] == "rocm" and cfg["environment"]["GPU_ARCHS"] == "gfx90a;gfx942"
+    assert "--exclude libamdhip64.so.*" in cfg["repair-wheel-command"]
+
+
+def test_toml_round_trips_with_caveats(cell: Cell) -> None:
+    cfg = cibuildwheel_config(cell, max_jobs=2)
+    text = to_toml(cfg, cell)
+    assert tomllib.loads(text) == {"tool": {"cibuildwheel": cfg}}
+    assert text.startswith(f"# cibuildwheel config for {cell.id}")
+    assert any("patches" in c for c in caveats(cell))  # torch 2.14 needs the cxx20 patch
+    assert any("dispatch-subset" in c for c in caveats(cell))  # fwd128: head dim/dtype subset
+
+
+def test_cibuildwheel_schema_accepts_it(cell: Cell) -> None:
+    schema_mod = pytest.importorskip("jsonschema", reason="jsonschema not installed")
+    cibw = pytest.importorskip("cibuildwheel", reason="cibuildwheel not installed (pip install cibuildwheel)")
+    from importlib import resources
+
+    schema = json.loads(resources.files(cibw).joinpath("resources/cibuildwheel.schema.json").read_text())
+    schema_mod.validate(cibuildwheel_config(cell, max_jobs=2, create_args=("--gpus", "all")), schema)
+
+
+def test_cibuildwheel_reads_it(cell: Cell, tmp_path: Path) -> None:
+    exe = shutil.which("cibuildwheel") or shutil.which("cibuildwheel", path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.skip("cibuildwheel not installed (pip install cibuildwheel)")
+    config = tmp_path / "cibw.toml"
+    config.write_text(to_toml(cibuildwheel_config(cell), cell))
+    project = tmp_path / "src"
+    project.mkdir()
+    (project / "pyproject.toml").write_text('[project]\nname = "flash_attn"\nversion = "2.8.3"\n')
+    proc = subprocess.run(
+        [exe, "--platform", "linux", "--config-file", str(config), "--print-build-identifiers", str(project)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["cp311-manylinux_x86_64"]
