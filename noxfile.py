@@ -66,6 +66,13 @@ def publish(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def images(session: nox.Session) -> None:
+    """Build runtime/NGC images of a target's wheels, smoke-test them, and push with `-- --push HOST:PORT`."""
+    _install(session)
+    session.run("attnforge", "images", "build", *(session.posargs or ["--target", "default"]))
+
+
+@nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff (lint + format check) and mypy --strict on src/."""
     _install(session, "[dev]")

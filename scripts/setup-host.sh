@@ -11,6 +11,9 @@ need_pkgs=()
 command -v debootstrap >/dev/null || need_pkgs+=(debootstrap)
 command -v ccache >/dev/null || need_pkgs+=(ccache)
 command -v ninja >/dev/null || need_pkgs+=(ninja-build)
+command -v docker-registry >/dev/null || need_pkgs+=(docker-registry)
+command -v htpasswd >/dev/null || need_pkgs+=(apache2-utils)
+command -v shellcheck >/dev/null || need_pkgs+=(shellcheck)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
   echo "setup-host: installing ${need_pkgs[*]}"
   $SUDO apt-get update -qq

@@ -1,0 +1,3 @@
+"""attnforge NGC stand-in: a *pure-Python stub* where NGC's compiled extension would be."""
+
+STANDIN = True

@@ -1,0 +1,85 @@
+"""The NGC stand-in base: `attnforge-standin/ngc-pytorch:<release>`, built from docker/ngc-standin/.
+
+nvcr.io is unreachable from attnforge's development machines. The stand-in reproduces what matters of the
+NGC PyTorch container for docker/ngc.Dockerfile: a preinstalled torch with a local version, compilers, a
+bundled (fake) flash-attn and a pip constraint file pinning both. It is labelled and named as a stand-in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..build.base_image import BaseImageError, bootstrap_debian_base
+from ..errors import BuildError, EnvironmentProblem
+from .build import DEFAULT_RUNTIME_BASE, PipPlan, docker_dir, pip_secrets
+from .docker import Docker
+from .ngc import STANDIN_TEMPLATE
+
+# The small CPU torch wheel keeps stand-in images (and tests) small; torch==2.14.1 (CUDA 13, 5 GB) also works.
+DEFAULT_TORCH = "torch==2.13.0+cpu"
+DEFAULT_BUNDLED = "2.7.4+standin"
+
+
+@dataclass(frozen=True)
+class StandinResult:
+    """The stand-in image and whether this call built it."""
+
+    tag: str
+    image_id: str
+    created: bool
+
+
+def ensure_local_base(dk: Docker, tag: str = DEFAULT_RUNTIME_BASE, log: Callable[[str], None] = print) -> str:
+    """The local Debian base (bootstrapped with debootstrap when missing); its image ID."""
+    iid = dk.image_id(tag)
+    if iid:
+        return iid
+    log(f"bootstrapping {tag} (debootstrap + docker import, about a minute)")
+    try:
+        return bootstrap_debian_base(tag, docker=dk.docker).image_id
+    except BaseImageError as exc:
+        raise EnvironmentProblem(f"cannot make the local base image {tag}: {exc}") from None
+
+
+def ensure_standin(
+    release: str,
+    *,
+    plan: PipPlan,
+    ca_bundle: Path | None = None,
+    netrc: Path | None = None,
+    torch_requirement: str = DEFAULT_TORCH,
+    bundled_flash_attn: str = DEFAULT_BUNDLED,
+    base: str = DEFAULT_RUNTIME_BASE,
+    force: bool = False,
+    docker: Docker | None = None,
+    log: Callable[[str], None] = print,
+) -> StandinResult:
+    """Build attnforge-standin/ngc-pytorch:<release> unless it exists (force: rebuild)."""
+    dk = docker or Docker()
+    tag = STANDIN_TEMPLATE.format(release=release)
+    iid = dk.image_id(tag)
+    if iid and not force:
+        return StandinResult(tag, iid, False)
+    ensure_local_base(dk, base, log)
+    folder = docker_dir() / "ngc-standin"
+    log(
+        f"building the NGC stand-in {tag} (torch {torch_requirement}, bundled flash-attn {bundled_flash_attn})"
+    )
+    with pip_secrets(plan, ca_bundle=ca_bundle, netrc=netrc) as secrets:
+        res = dk.build(
+            folder,
+            folder / "Dockerfile",
+            [tag],
+            build_args={
+                "BASE_IMAGE": base,
+                "NGC_RELEASE": release,
+                "TORCH_REQUIREMENT": torch_requirement,
+                "BUNDLED_FLASH_ATTN": bundled_flash_attn,
+            },
+            secrets=secrets,
+        )
+    if not res.ok:
+        raise BuildError(f"the NGC stand-in {tag} did not build:\n{res.tail(12)}")
+    return StandinResult(tag, dk.image_id(tag) or "", True)

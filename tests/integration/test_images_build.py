@@ -1,0 +1,359 @@
+"""Real images end to end, kept small with the torch 2.13.0+cpu wheel (190 MB, /opt/wheels) instead of
+the 5 GB CUDA torch: the NGC stand-in base (attnforge-standin/ngc-pytorch, NOT NGC), a real small wheel
+(tests/integration/data/mini_flash_attn, a torch C++ extension named flash_attn / flash_attn_2_cuda,
+compiled inside the stand-in against its torch), two runtime images labelled as two CUDA variants and one
+NGC-style image that compiles flash-attn on the stand-in; each smoke-tested, checked for leaked secrets
+(`docker history --no-trunc`, `docker inspect`, the bytes of `docker save`), pushed with auth to a real
+registry, removed locally, chosen and pulled back by `attnforge pull` and smoke-tested again.
+
+torch and its dependencies come from an authenticated local index (basic auth, credentials only in a netrc
+given as a BuildKit secret); the host CA bundle goes in as a secret too."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from attnforge.images.build import PipPlan
+from attnforge.images.localindex import LocalIndexServer, Sources
+from attnforge.images.localregistry import LocalRegistry
+from attnforge.images.record import ImageSet, read_record
+from attnforge.images.standin import ensure_standin
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+MINI = ROOT / "tests" / "integration" / "data" / "mini_flash_attn"
+DOCKER = "/usr/bin/docker"
+TORCH_CPU = Path("/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
+MIRRORS = [Path("/opt/pypi/simple"), Path("/opt/pypi-more/simple")]
+CA = Path("/etc/ssl/certs/ca-certificates.crt")
+RELEASE = "26.09"  # the stand-in's release name (a test row below, not a real NGC release)
+REPO = "attnforge-test/images"
+INDEX_USER = "indexuser"
+INDEX_PW = "idx-" + secrets.token_hex(16)
+REG_USER = "pusher"
+REG_PW = "reg-" + secrets.token_hex(16)
+RunCli = Callable[..., tuple[int, str, str]]
+
+COMPAT = f"""\
+torch = []
+cuda = []
+kernel = []
+[[ngc]]
+release = "{RELEASE}"
+torch = "2.13.0+cpu"
+cuda = "13.0"
+python = "3.11"
+flash_attn = "2.7.4+standin"
+source = "attnforge test table: the stand-in's release, not a real NGC release"
+"""
+VARIANTS = {  # local version -> (toolkit, arches) the manifest claims (the wheel is a CPU build)
+    "cu130torch2.13cxx11abiTRUE": ("cuda13.0", ["sm_90"]),
+    "cu126torch2.13cxx11abiTRUE": ("cuda12.6", ["sm_80", "sm_86"]),
+}
+
+
+def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([DOCKER, *args], capture_output=True, text=True, check=check)
+
+
+def stream_contains(ref: str, needles: list[bytes]) -> list[bytes]:
+    """The needles found in `docker save REF` (streamed; layers are uncompressed tars)."""
+    found: set[bytes] = set()
+    keep = max(len(n) for n in needles)
+    tail = b""
+    with subprocess.Popen([DOCKER, "save", ref], stdout=subprocess.PIPE) as proc:
+        assert proc.stdout is not None
+        while chunk := proc.stdout.read(1 << 22):
+            window = tail + chunk
+            found.update(n for n in needles if n in window)
+            tail = window[-keep:]
+    assert proc.returncode == 0
+    return sorted(found)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not TORCH_CPU.exists() or not MINI.is_dir():
+        pytest.skip(f"needs {TORCH_CPU} and {MINI}")
+    return tmp_path_factory.mktemp("images")
+
+
+@pytest.fixture(scope="module")
+def index(work: Path) -> Iterator[tuple[str, Path]]:
+    """An authenticated PEP 503 index of the local torch wheel and mirrors; (url, netrc file)."""
+    netrc = work / "netrc"
+    netrc.write_text(f"machine 127.0.0.1 login {INDEX_USER} password {INDEX_PW}\n")
+    with LocalIndexServer(
+        Sources([TORCH_CPU.parent], MIRRORS), username=INDEX_USER, password=INDEX_PW
+    ) as srv:
+        yield srv.url, netrc
+
+
+@pytest.fixture(scope="module")
+def standin(index: tuple[str, Path]) -> str:
+    url, netrc = index
+    res = ensure_standin(RELEASE, plan=PipPlan(url, [], Sources()), ca_bundle=CA, netrc=netrc, log=print)
+    return res.tag
+
+
+@pytest.fixture(scope="module")
+def wheels(work: Path, standin: str) -> Path:
+    """Two real wheels of the mini flash_attn, compiled once inside the stand-in (the second reuses the
+    objects), with manifests naming two CUDA variants."""
+    out = work / "wheels"
+    out.mkdir()
+    script = (
+        "set -e; cp -a /src /tmp/b; cd /tmp/b; export PIP_CONSTRAINT= PIP_CONFIG_FILE=/dev/null; "
+        + " ".join(
+            f"FLASH_ATTN_LOCAL_VERSION={lv} python -m pip wheel -q --no-build-isolation --no-deps --no-index -w /out .;"
+            for lv in VARIANTS
+        )
+        + f" chown -R {os.getuid()} /out"
+    )
+    docker(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "-v",
+        f"{MINI}:/src:ro",
+        "-v",
+        f"{out}:/out",
+        standin,
+        "bash",
+        "-c",
+        script,
+    )
+    for wheel in sorted(out.glob("flash_attn-*.whl")):
+        local = next(lv for lv in VARIANTS if lv.lower() in wheel.name.lower())
+        toolkit, arches = VARIANTS[local]
+        short = local.split("torch")[0]
+        data = wheel.read_bytes()
+        manifest = {
+            "schema": 1,
+            "cell_id": f"flash-attn-2.8.3-{short}-torch2.13.0-cp311-abi1-{'-'.join(arches)}-full-x86_64",
+            "variant": f"{short}-torch2.13",
+            "kernel": "flash-attn",
+            "kernel_version": "2.8.3",
+            "wheel": wheel.name,
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "size": len(data),
+            "inputs": {
+                "toolkit": toolkit,
+                "torch": "2.13.0",
+                "torch_variant": "cpu",
+                "python": "3.11",
+                "cxx11_abi": True,
+                "arches": arches,
+                "profile": "full",
+                "profile_flags": [],
+            },
+            "toolchain": {"torch": "2.13.0+cpu"},
+            "parity": None,
+        }
+        (out / f"{wheel.name}.manifest.json").write_text(json.dumps(manifest, indent=2))
+    assert len(list(out.glob("*.manifest.json"))) == 2
+    return out
+
+
+@pytest.fixture(scope="module")
+def built(work: Path, wheels: Path, index: tuple[str, Path], standin: str) -> Iterator[ImageSet]:
+    """`attnforge images build --kind all`: two runtime images + one NGC (stand-in) image, smoke-tested."""
+    from attnforge.cli import main
+
+    url, netrc = index
+    compat = work / "compat.toml"
+    compat.write_text(COMPAT)
+    code = main(
+        [
+            "--compat",
+            str(compat),
+            "images",
+            "build",
+            "--wheels",
+            str(wheels),
+            "--kind",
+            "all",
+            "--repository",
+            REPO,
+            "--ngc-standin",
+            "--source",
+            str(MINI),
+            "--torch-index",
+            url,
+            "--netrc",
+            str(netrc),
+            "--ca-bundle",
+            str(CA),
+        ]
+    )
+    assert code == 0
+    yield read_record(wheels / "images.json")
+    refs = docker("images", "--format", "{{.Repository}}:{{.Tag}}").stdout.split()
+    mine = [r for r in refs if REPO in r]
+    if mine:
+        docker("rmi", "-f", *mine, check=False)
+
+
+def test_images_built_smoked_and_labelled(built: ImageSet) -> None:
+    """Tags, aliases, OCI + attnforge labels, and a passed smoke test for each image."""
+    tags = {i.tag: i for i in built.images}
+    assert sorted(tags) == [
+        "flash-attn2.8.3-cu126-torch2.13-py3.11",
+        "flash-attn2.8.3-cu130-torch2.13-py3.11",
+        "flash-attn2.8.3-ngc26.09-py3.11",
+    ]
+    assert tags["flash-attn2.8.3-cu130-torch2.13-py3.11"].aliases == ["cu130-torch2.13-latest"]
+    for img in built.images:
+        assert img.smoke["ok"] is True, img.smoke
+        assert img.smoke["torch"] == "2.13.0+cpu" and img.smoke["gpu"] == "no GPU"
+        assert img.smoke["extension"].endswith(".so")
+        labels = docker("image", "inspect", "--format", "{{json .Config.Labels}}", f"{REPO}:{img.tag}").stdout
+        lab = json.loads(labels)
+        for key in ("torch", "toolkit", "arches", "profile", "flash-attn", "parity"):
+            assert lab[f"io.attnforge.{key}"], key
+        assert lab["org.opencontainers.image.version"].startswith("2.8.3+")
+        assert lab["org.opencontainers.image.base.digest"].startswith("sha256:")
+    ngc = json.loads(
+        docker(
+            "image",
+            "inspect",
+            "--format",
+            "{{json .Config.Labels}}",
+            f"{REPO}:flash-attn2.8.3-ngc26.09-py3.11",
+        ).stdout
+    )
+    assert ngc["io.attnforge.ngc.flash-attn-policy"] == "replace"
+    assert ngc["io.attnforge.ngc.bundled-flash-attn"] == "2.7.4+standin"
+    assert ngc["io.attnforge.standin"].startswith("true")
+    assert ngc["io.attnforge.torch"] == "2.13.0+cpu"
+    assert tags["flash-attn2.8.3-ngc26.09-py3.11"].smoke["constraint_pins"] == [
+        "flash-attn==2.8.3+cu130torch2.13cxx11abitrue.ngc2609"
+    ]
+
+
+def test_no_secret_compiler_or_source_in_images(built: ImageSet) -> None:
+    """The index password, user and address and the CA bundle are in no history, no config, no layer byte;
+    the runtime images carry no compiler, wheel file or source."""
+    ca_tail = CA.read_bytes().strip().splitlines()[-3]  # a base64 line of the bundle's last certificate
+    needles = [INDEX_PW.encode(), f"login {INDEX_USER}".encode(), ca_tail]
+    for img in built.images:
+        ref = f"{REPO}:{img.tag}"
+        meta = docker("history", "--no-trunc", ref).stdout + docker("image", "inspect", ref).stdout
+        assert INDEX_PW not in meta and INDEX_USER not in meta
+        assert "127.0.0.1" not in meta  # the index address is in the pip.conf secret, not a build arg
+        assert stream_contains(ref, needles) == []
+        if img.kind == "runtime":
+            probe = docker(
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                ref,
+                "sh",
+                "-c",
+                "command -v gcc g++ cc c++ nvcc; find / -xdev \\( -name '*.whl' -o -name 'flash_api.cpp' "
+                "-o -name 'add_one_kernel.cu' -o -name .netrc -o -name pip.conf \\) -print",
+                check=False,
+            )
+            assert probe.stdout.strip() == "", probe.stdout
+
+
+def test_push_remove_pull_back_and_smoke(
+    built: ImageSet, wheels: Path, run_cli: RunCli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Push with auth (a wrong password is refused with exit 7), remove the local images, and let
+    `attnforge pull` choose each one back for a described GPU, pull it and smoke-test it."""
+    with LocalRegistry({REG_USER: REG_PW}) as reg:
+        monkeypatch.setenv("WRONG_PW", "nope-" + secrets.token_hex(6))
+        code, out, err = run_cli(
+            "images",
+            "push",
+            "--registry",
+            reg.host,
+            "--record",
+            str(wheels / "images.json"),
+            "--username",
+            REG_USER,
+            "--password-env",
+            "WRONG_PW",
+        )
+        assert code == 7 and "nope-" not in out + err
+        monkeypatch.setenv("ATTNFORGE_REGISTRY_PASSWORD", REG_PW)
+        code, out, err = run_cli(
+            "images",
+            "push",
+            "--registry",
+            reg.host,
+            "--record",
+            str(wheels / "images.json"),
+            "--username",
+            REG_USER,
+        )
+        assert code == 0, err
+        assert "all 6 tags pushed" in out and REG_PW not in out + err
+        for img in built.images:
+            docker("rmi", *[f"{REPO}:{t}" for t in img.all_tags])
+            assert docker("image", "inspect", f"{REPO}:{img.tag}", check=False).returncode != 0
+        base = ["pull", "--registry", reg.host, "--repository", REPO, "--username", REG_USER, "--smoke"]
+        cases = [
+            (
+                ["--kind", "runtime", "--gpu", "sm_90", "--driver", "580.65.06"],
+                "flash-attn2.8.3-cu130-torch2.13-py3.11",
+            ),
+            (
+                ["--kind", "runtime", "--gpu", "sm_86", "--driver", "535.104.05"],
+                "flash-attn2.8.3-cu126-torch2.13-py3.11",
+            ),
+            (["--kind", "ngc", "--gpu", "sm_90", "--driver", "580.65.06"], "flash-attn2.8.3-ngc26.09-py3.11"),
+        ]
+        for args, tag in cases:
+            code, out, err = run_cli(*base, *args)
+            assert code == 0, out + err
+            ref = f"{reg.host}/{REPO}:{tag}"
+            assert f"choice: {ref}" in out and f"{ref}: smoke ok" in out
+            assert REG_PW not in out + err
+            docker("rmi", ref, check=False)
+
+
+def test_ngc_keep_policy_tests_the_bundled_flash_attn(
+    built: ImageSet, wheels: Path, work: Path, run_cli: RunCli
+) -> None:
+    """--ngc-policy keep: the stand-in's bundled (fake) flash-attn and constraint file stay, no compile,
+    tag ...-ngc26.09-bundled-..., labelled as kept; the smoke test tests the bundled one."""
+    other = work / "wheels-keep"
+    other.mkdir()
+    for f in wheels.glob("flash_attn-*"):
+        (other / f.name).write_bytes(f.read_bytes())
+    code, _, err = run_cli(
+        "--compat",
+        str(work / "compat.toml"),
+        "images",
+        "build",
+        "--wheels",
+        str(other),
+        "--kind",
+        "ngc",
+        "--repository",
+        REPO,
+        "--ngc-standin",
+        "--ngc-policy",
+        "keep",
+    )
+    assert code == 0, err
+    record = read_record(other / "images.json")
+    assert [i.tag for i in record.images] == ["flash-attn2.7.4-ngc26.09-bundled-py3.11"]
+    img = record.images[0]
+    assert img.labels["io.attnforge.ngc.flash-attn-policy"] == "keep"
+    assert img.smoke["ok"] and img.smoke["flash_attn"] == "2.7.4+standin"
+    assert img.smoke["constraint_pins"] == ["flash_attn==2.7.4+standin"]
+    assert not img.smoke["extension"].endswith(".so")  # the stand-in's stub, kept as NGC's would be
