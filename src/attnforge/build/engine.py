@@ -22,7 +22,7 @@ from .. import __version__
 from ..cell import Cell
 from ..errors import BuildError, EnvironmentProblem, InterruptedByUser
 from ..project import Project
-from .incontainer_api import EVENT_PREFIX, EXIT_OOM, BuildSpec, make_spec
+from .incontainer_api import EVENT_PREFIX, EXIT_CONTAINER_KILLED, EXIT_ENVIRONMENT, EXIT_OOM, BuildSpec, make_spec
 from .progress import ProgressView
 from .resources import JobMemoryTable, Parallelism, choose_parallelism, detect_machine
 from .sources import fetch_sdist, sha256_of
@@ -276,7 +276,7 @@ class Engine:
                     self._running.pop(cell.id, None)
                 if code == 0:
                     break
-                if code == EXIT_OOM and job.spec.max_jobs > 1:
+                if code in (EXIT_OOM, EXIT_CONTAINER_KILLED) and job.spec.max_jobs > 1:
                     oom_retries += 1
                     new_jobs = max(1, job.spec.max_jobs // 2)
                     msg = (
@@ -287,6 +287,9 @@ class Engine:
                     log.write(f"=== {msg}\n")
                     job.spec = job.spec.with_max_jobs(new_jobs)
                     continue
+                log.flush()
+                if code == EXIT_ENVIRONMENT:
+                    raise EnvironmentProblem(self._failure_message(job, code))
                 raise BuildError(self._failure_message(job, code))
         result_path = job.workdir / "out" / "result.json"
         try:
@@ -314,12 +317,19 @@ class Engine:
                 self.view.stage(cell.id, str(event.get("stage", "")))
 
     def _failure_message(self, job: CellJob, code: int) -> str:
-        """The builder's own error lines (failing unit, first compiler errors) and where the log is."""
-        err = job.workdir / "out" / "error.txt"
-        detail = err.read_text().strip() if err.exists() else ""
+        """The builder's own error (failing unit, first compiler lines) and where the full log is."""
+        detail = ""
+        try:
+            error = json.loads((job.workdir / "out" / "result.json").read_text()).get("error") or {}
+            lines = [str(error.get("message", ""))]
+            if error.get("unit"):
+                lines.append(f"failing unit: {error['unit']}")
+            lines += [str(x) for x in (error.get("lines") or [])[:12]]
+            detail = "\n".join(x for x in lines if x)
+        except (OSError, json.JSONDecodeError, AttributeError):
+            pass
         if not detail:
-            tail = job.log_path.read_text(errors="replace").splitlines()[-15:]
-            detail = "\n".join(tail)
+            detail = "\n".join(job.log_path.read_text(errors="replace").splitlines()[-15:])
         return f"{job.cell.id}: build failed (exit {code}); log: {job.log_path}\n{detail}"
 
     def _publish_locally(self, job: CellJob, result: dict[str, Any], seconds: float) -> Path:

@@ -13,10 +13,14 @@ from ..cell import Cell
 from .resources import Parallelism
 
 EVENT_PREFIX = "@@attnforge "
+# exit codes of incontainer.py (kept equal to its own constants; 137 = docker's --memory killed the builder)
 EXIT_OK = 0
-EXIT_COMPILE_ERROR = 2
-EXIT_ENVIRONMENT = 3
+EXIT_BAD_SPEC = 2
+EXIT_COMPILE_ERROR = 4
+EXIT_ENVIRONMENT = 5
+EXIT_IMPORT = 6
 EXIT_OOM = 75
+EXIT_CONTAINER_KILLED = 137
 SOURCE_DATE_EPOCH = 1700000000  # fixed: the same inputs give the same wheel bytes
 
 
@@ -25,6 +29,7 @@ class BuildSpec:
     """One cell's build, as the builder script sees it (paths are the builder's own)."""
 
     cell_id: str
+    kernel_set_key: str
     kernel: str
     kernel_version: str
     sdist: str
@@ -90,6 +95,7 @@ def make_spec(
     venvs = venv_root or workdir.parent.parent.parent / "venvs"
     return BuildSpec(
         cell_id=cell.id,
+        kernel_set_key=cell.kernel_set_key,
         kernel=cell.kernel,
         kernel_version=cell.kernel_version,
         sdist=str(sdist),

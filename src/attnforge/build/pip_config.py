@@ -21,10 +21,11 @@ class PipOptions:
     def add(self, flag: str, value: str) -> None:
         self.args += [flag, value]
         parsed = urlparse(value)
-        if parsed.scheme == "file":
-            self.local_paths.append(Path(parsed.path))
-        elif not parsed.scheme and value.startswith("/"):
-            self.local_paths.append(Path(value))
+        path = Path(parsed.path) if parsed.scheme == "file" else Path(value) if value.startswith("/") else None
+        if path is None:
+            return
+        # a PEP 503 tree's pages link to files beside `simple/` (../../files/...): mount the index root
+        self.local_paths.append(path.parent if path.name == "simple" else path)
 
 
 def host_pip_config() -> dict[str, str]:

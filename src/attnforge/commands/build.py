@@ -8,7 +8,7 @@ from rich.table import Table
 
 from ..build.engine import CellResult, Engine
 from ..build.progress import ProgressView
-from ..build.select import choose_backend
+from ..build.backend_choice import choose_backend
 from ..errors import BuildError
 from ..plan import select_cells
 from ..project import Project

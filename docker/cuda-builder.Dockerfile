@@ -1,0 +1,72 @@
+# attnforge CUDA builder image: compilers, ninja, ccache, Python headers and a CUDA toolkit.
+#
+# Build with BuildKit and an (empty or tiny) context, e.g.
+#   DOCKER_BUILDKIT=1 /usr/bin/docker build -f docker/cuda-builder.Dockerfile \
+#       --build-arg BASE_IMAGE=local/debian:bookworm --build-arg CUDA_FROM=pypi --build-arg CUDA_VERSION=13.0 \
+#       --secret id=ca_bundle,src=/etc/ssl/certs/ca-certificates.crt -t attnforge/cuda-builder:cu130 docker/
+# There is deliberately no "# syntax=" line: it would pull a frontend image from Docker Hub.
+#
+# BASE_IMAGE  an nvidia/cuda:<ver>-devel-<os> image (CUDA_FROM=base) or a plain Debian/Ubuntu image
+#             (CUDA_FROM=pypi), e.g. one made by attnforge.build.base_image for air-gapped sites.
+# CUDA_FROM   pypi: install nvcc, cudart, cccl, crt and nvvm from PyPI wheels (CUDA >= 13; the -cu12
+#             wheels carry no nvcc) into /opt/cuda-pypi and expose it as /usr/local/cuda.
+#             base: trust the base image's /usr/local/cuda.
+# The CA bundle (secret "ca_bundle") is visible to pip during the step only, never stored in a layer.
+# Nothing here installs torch or flash-attn: the per-cell builder (incontainer.py) does that in a venv on
+# a mounted cache volume, so one image serves every torch/Python cell of a CUDA variant.
+
+ARG BASE_IMAGE=local/debian:bookworm
+FROM ${BASE_IMAGE}
+
+ARG CUDA_FROM=pypi
+ARG CUDA_VERSION=13.0
+ARG CUDA_PIP_PACKAGES="nvidia-cuda-nvcc nvidia-cuda-runtime nvidia-cuda-cccl nvidia-cuda-crt nvidia-nvvm"
+ARG PIP_INDEX_URL=https://pypi.org/simple
+ARG PIP_EXTRA_INDEX_URL=
+# Shared libraries a CPython built on a bookworm host (pyenv, mounted read-only) needs at run time.
+ARG PYTHON_RUNTIME_LIBS="libssl3 libffi8 libsqlite3-0 libbz2-1.0 liblzma5 zlib1g libreadline8 libncursesw6 libuuid1"
+
+ENV DEBIAN_FRONTEND=noninteractive \
+    LANG=C.UTF-8 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_INPUT=1
+
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+        g++ make ninja-build ccache binutils patch xz-utils \
+        python3 python3-dev python3-venv \
+        ${PYTHON_RUNTIME_LIBS} \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
+
+RUN --mount=type=secret,id=ca_bundle --mount=type=cache,target=/root/.cache/pip \
+    set -eu; \
+    if [ "${CUDA_FROM}" = "pypi" ]; then \
+        cert=""; if [ -s /run/secrets/ca_bundle ]; then cert="--cert /run/secrets/ca_bundle"; fi; \
+        extra=""; if [ -n "${PIP_EXTRA_INDEX_URL}" ]; then extra="--extra-index-url ${PIP_EXTRA_INDEX_URL}"; fi; \
+        reqs=""; for p in ${CUDA_PIP_PACKAGES}; do reqs="$reqs $p==${CUDA_VERSION}.*"; done; \
+        python3 -m venv /tmp/pipenv; \
+        /tmp/pipenv/bin/pip install $cert --index-url "${PIP_INDEX_URL}" $extra \
+            --no-deps --only-binary=:all: --target /opt/cuda-pypi $reqs; \
+        rm -rf /tmp/pipenv; \
+        major="${CUDA_VERSION%%.*}"; \
+        root="/opt/cuda-pypi/nvidia/cu${major}"; \
+        test -x "$root/bin/nvcc" || { echo "no nvcc in the CUDA ${CUDA_VERSION} wheels (CUDA 12 wheels ship none: use CUDA_FROM=base)"; exit 1; }; \
+        rm -rf /usr/local/cuda; ln -s "$root" /usr/local/cuda; \
+        test -e "$root/lib64" || ln -s lib "$root/lib64"; \
+        test -e "$root/lib/libcudart.so" || ln -s "libcudart.so.${major}" "$root/lib/libcudart.so"; \
+        printf 'CUDA %s from PyPI wheels: %s\n' "${CUDA_VERSION}" "$reqs" > /opt/cuda-pypi/ATTNFORGE-SOURCE; \
+    elif [ "${CUDA_FROM}" = "base" ]; then \
+        test -x /usr/local/cuda/bin/nvcc || { echo "CUDA_FROM=base but the base image has no /usr/local/cuda/bin/nvcc"; exit 1; }; \
+    else \
+        echo "CUDA_FROM must be pypi or base, not ${CUDA_FROM}"; exit 1; \
+    fi; \
+    /usr/local/cuda/bin/nvcc --version | tail -n 2
+
+ENV CUDA_HOME=/usr/local/cuda \
+    PATH=/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+
+LABEL org.opencontainers.image.title="attnforge cuda-builder" \
+      io.attnforge.cuda-from="${CUDA_FROM}" \
+      io.attnforge.cuda-version="${CUDA_VERSION}"
+
+CMD ["/bin/bash"]

@@ -1,0 +1,104 @@
+"""attnforge's hook for flash-attn's setup.py; copied into the unpacked sdist as attnforge_setup_hook.py.
+
+setup.py calls ``apply(ext_modules)`` just before ``setup()`` (the "setup-hooks" patch). Environment:
+
+- ``ATTNFORGE_HEAD_DIMS=128,256``  keep only these head dims' kernel units
+- ``ATTNFORGE_DTYPES=bf16``        keep only these dtypes' kernel units (fp16, bf16)
+- ``ATTNFORGE_DROP_BACKWARD=1``    drop the flash_bwd_* units (needs -DFLASHATTENTION_DISABLE_BACKWARD)
+- ``ATTNFORGE_DEFINES="-DX -DY"``  added to both the nvcc and the host-compiler flags
+- ``ATTNFORGE_PREBUILT_OBJECTS=DIR`` link DIR's objects (DIR/manifest.json maps source -> object file)
+  instead of compiling those sources
+
+It prints one ``@@attnforge {"event": "sources", ...}`` line. Runs under the build's Python (3.8+), stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+
+KERNEL_RE = re.compile(
+    r"flash_(?P<kind>fwd_split|fwd|bwd)_hdim(?P<hdim>\d+)_(?P<dtype>fp16|bf16)(?P<causal>_causal)?_sm\d+\.cu$"
+)
+EXTENSION = "flash_attn_2_cuda"
+
+
+def _csv(name: str) -> list[str]:
+    return [x.strip() for x in os.environ.get(name, "").split(",") if x.strip()]
+
+
+def _prebuilt(directory: str) -> dict[str, str]:
+    """Map source path -> absolute object path from DIR/manifest.json; empty when DIR has none."""
+    manifest = os.path.join(directory, "manifest.json")
+    if not directory or not os.path.isfile(manifest):
+        return {}
+    with open(manifest, encoding="utf-8") as fh:
+        objects = json.load(fh).get("objects", {})
+    out = {}
+    for src, obj in objects.items():
+        path = os.path.join(directory, obj)
+        if os.path.isfile(path):
+            out[src] = path
+    return out
+
+
+def keep_source(src: str, head_dims: set[int], dtypes: set[str], drop_backward: bool) -> bool:
+    """Whether a source survives the head-dim / dtype / direction filters (non-kernel files always do)."""
+    m = KERNEL_RE.search(src.replace("\\", "/"))
+    if m is None:
+        return True
+    if head_dims and int(m.group("hdim")) not in head_dims:
+        return False
+    if dtypes and m.group("dtype") not in dtypes:
+        return False
+    return not (drop_backward and m.group("kind") == "bwd")
+
+
+def apply(ext_modules: list[Any]) -> None:
+    """Prune sources, add macros and swap in prebuilt objects on flash-attn's CUDA extension."""
+    head_dims = {int(x) for x in _csv("ATTNFORGE_HEAD_DIMS")}
+    dtypes = set(_csv("ATTNFORGE_DTYPES"))
+    drop_backward = os.environ.get("ATTNFORGE_DROP_BACKWARD", "") == "1"
+    defines = os.environ.get("ATTNFORGE_DEFINES", "").split()
+    prebuilt = _prebuilt(os.environ.get("ATTNFORGE_PREBUILT_OBJECTS", ""))
+    bad = dtypes - {"fp16", "bf16"}
+    if bad:
+        raise SystemExit(f"attnforge: unknown dtypes {sorted(bad)} in ATTNFORGE_DTYPES")
+    if drop_backward and "-DFLASHATTENTION_DISABLE_BACKWARD" not in defines:
+        raise SystemExit("attnforge: ATTNFORGE_DROP_BACKWARD=1 needs -DFLASHATTENTION_DISABLE_BACKWARD")
+    host_only = []
+    if head_dims:
+        host_only.append("-DATTNFORGE_HEAD_DIMS=" + ",".join(str(d) for d in sorted(head_dims)))
+    if dtypes:
+        host_only += [
+            f"-DATTNFORGE_FP16={int('fp16' in dtypes)}",
+            f"-DATTNFORGE_BF16={int('bf16' in dtypes)}",
+        ]
+    for ext in ext_modules:
+        if ext.name != EXTENSION:
+            continue
+        compile_list: list[str] = []
+        reused: list[str] = []
+        pruned: list[str] = []
+        for src in ext.sources:
+            if not keep_source(src, head_dims, dtypes, drop_backward):
+                pruned.append(src)
+            elif src in prebuilt:
+                ext.extra_objects.append(prebuilt[src])
+                reused.append(src)
+            else:
+                compile_list.append(src)
+        ext.sources = compile_list
+        args = ext.extra_compile_args
+        args["cxx"] = list(args.get("cxx", [])) + defines + host_only
+        args["nvcc"] = list(args.get("nvcc", [])) + defines
+        event = {
+            "event": "sources",
+            "compile": compile_list,
+            "prebuilt": reused,
+            "pruned": pruned,
+            "defines": defines + host_only,
+        }
+        print("@@attnforge " + json.dumps(event), flush=True)
