@@ -1,0 +1,159 @@
+"""First FlexAttention call in a fresh process with an empty compile cache: cold vs Mega-Cache vs AOTInductor.
+
+For three mask families (causal, sliding window, document) and two modes (fwd, fwd+bwd; CPU: fwd only, as
+FlexAttention has no CPU backward) the variants are built with attnforge's Flex builder, then each first call
+is timed in its own process with fresh Inductor/Triton cache dirs: cold (nothing loaded), after
+``torch.compiler.load_cache_artifacts()`` of the Mega-Cache artifact (load time included), and through
+``aoti_load_package`` (forward only; null where the package did not build or crashed). Writes
+``{"device", "torch", "rows": [{"mask", "mode", "cold_s", "megacache_s", "aoti_s"}], "best_speedup"}``
+(best_speedup: cold / best cached over the fwd+bwd rows; on CPU over the fwd rows).
+
+    python benchmarks/flex_first_call.py --device cuda --out benchmarks/results/flex_first_call.json
+    python benchmarks/flex_first_call.py --device cpu --out benchmarks/results/flex_first_call_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from attnforge.flex.build import BuildOptions, build_variants, run_worker  # noqa: E402
+
+MASKS = {
+    "causal": {"mask": "causal"},
+    "sliding_window": {"mask": "sliding_window", "window": 256},
+    "document": {"mask": "document"},
+}
+SHAPE = {
+    "cuda": {"batch": 4, "heads_q": 16, "heads_kv": 16, "head_dim": 128, "seq_len": 2048},
+    "cpu": {"batch": 1, "heads_q": 4, "heads_kv": 4, "head_dim": 64, "seq_len": 256},
+}
+
+
+def variants(device: str, masks: list[str]) -> list[dict[str, Any]]:
+    out = []
+    modes = ("fwd", "fwd+bwd") if device == "cuda" else ("fwd",)
+    for m in masks:
+        for mode in modes:
+            out.append({"name": f"{m}-{mode.replace('+', '')}", "window": None, "prefix": None, "score_mod": "none",
+                        "softcap": None, "dtype": "bf16", "dynamic": False, "backward": mode == "fwd+bwd",
+                        "mode": "default", "device": device, **SHAPE[device], **MASKS[m]})  # fmt: skip
+    return out
+
+
+def first_call(
+    python: str, v: dict[str, Any], mode: str, artifact: Path | None, work: Path
+) -> dict[str, Any]:
+    args = (
+        ["--mode", mode]
+        + (["--artifact", str(artifact)] if artifact else [])
+        + (["--backward"] if v["backward"] else [])
+    )
+    cache = Path(tempfile.mkdtemp(prefix=f"fc-{v['name']}-{mode}-", dir=work))
+    return run_worker(python, "first-call", v, args, cache, 900)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--work", type=Path, default=None, help="keep the built artifacts here")
+    ap.add_argument("--masks", default=",".join(MASKS))
+    ap.add_argument("--jobs", type=int, default=3, help="variants built in parallel")
+    ap.add_argument("--no-aoti", action="store_true")
+    a = ap.parse_args(argv)
+    work = a.work or Path(tempfile.mkdtemp(prefix="flex-first-call-"))
+    work.mkdir(parents=True, exist_ok=True)
+    vs = variants(a.device, [m for m in a.masks.split(",") if m])
+    opts = BuildOptions(out_dir=work / "build", aoti=not a.no_aoti, jobs=a.jobs, aoti_probe=False)
+    # AOTInductor is forward only: build it for the fwd variants alone
+    fwd = [v for v in vs if not v["backward"]]
+    bwd = [v for v in vs if v["backward"]]
+    man = build_variants(fwd, opts)
+    entries = {e["name"]: e for e in man["variants"]}
+    if bwd:
+        opts_b = BuildOptions(out_dir=work / "build-bwd", aoti=False, jobs=a.jobs, aoti_probe=False)
+        entries |= {e["name"]: e for e in build_variants(bwd, opts_b)["variants"]}
+    import torch
+
+    device = torch.cuda.get_device_name() if a.device == "cuda" else f"cpu ({_cpu()})"
+    art = {v["name"]: (work / ("build-bwd" if v["backward"] else "build") / "artifacts") for v in vs}
+    rows = []
+    for v in vs:
+        e = entries[v["name"]]
+        mode = "fwd+bwd" if v["backward"] else "fwd"
+        cold = first_call(sys.executable, v, "cold", None, work)
+        mc = e.get("megacache") or {}
+        mega = first_call(sys.executable, v, "megacache", art[v["name"]] / mc["file"], work) if mc else {}
+        ao = e.get("aoti") or {}
+        aoti = (
+            first_call(sys.executable, v, "aoti", art[v["name"]] / ao["file"], work) if ao.get("ok") else {}
+        )
+        row = {
+            "mask": v["mask"],
+            "mode": mode,
+            "cold_s": _s(cold),
+            "megacache_s": _s(mega),
+            "aoti_s": _s(aoti),
+        }
+        rows.append(row)
+        notes = {"megacache_hits": (mega.get("counters") or {}), "aoti": ao.get("reason") or "ok",
+                 "errors": [r.get("error") for r in (cold, mega, aoti) if r and not r.get("ok")]}  # fmt: skip
+        print(json.dumps(row), json.dumps(notes)[:600], flush=True)
+        res = write(
+            a.out, device, torch.__version__, rows, a.device
+        )  # after every row: partial results survive
+    res = write(a.out, device, torch.__version__, rows, a.device)
+    (work / "build-manifests.json").write_text(json.dumps(entries, indent=1, default=str), encoding="utf-8")
+    print(json.dumps(res, indent=1))
+    return 0
+
+
+def best_speedup(rows: list[dict[str, Any]], device: str) -> float | None:
+    """cold / best cached over the fwd+bwd rows (CPU: the fwd rows)."""
+    best = None
+    for r in rows:
+        if r["mode"] != ("fwd+bwd" if device == "cuda" else "fwd"):
+            continue
+        cached = [x for x in (r["megacache_s"], r["aoti_s"]) if x]
+        if r["cold_s"] and cached:
+            sp = r["cold_s"] / min(cached)
+            best = sp if best is None or sp > best else best
+    return round(best, 2) if best else None
+
+
+def write(
+    out: Path, device_name: str, torch_version: str, rows: list[dict[str, Any]], device: str
+) -> dict[str, Any]:
+    res = {
+        "device": device_name,
+        "torch": torch_version,
+        "rows": rows,
+        "best_speedup": best_speedup(rows, device),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+    return res
+
+
+def _s(r: dict[str, Any]) -> float | None:
+    return round(float(r["seconds"]), 3) if r and r.get("ok") else None
+
+
+def _cpu() -> str:
+    import torch
+
+    from attnforge.flex.runtime.envkeys import _cpu_name
+
+    return f"{_cpu_name()}, {torch.backends.cpu.get_cpu_capability()}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""`attnforge parity`: GPU kernel parity of a flash-attn wheel (and FlexAttention/SDPA on the same torch)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from ..errors import EnvironmentProblem, TestFailure
+from ..project import Project
+
+
+@click.group("parity")
+def command() -> None:
+    """GPU parity: flash-attn, FlexAttention, SDPA and transformers against an fp32 reference.
+
+    Tolerance is upstream flash-attn's: kernel error <= 2x (forward) / 3x (gradients) PyTorch's own
+    low-precision error + eps. Reports: parity.json, parity.md, parity.junit.xml (docs/gpu-parity.md).
+    """
+
+
+@command.command("run")
+@click.option("--wheel", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="flash-attn wheel to test; installed into a fresh venv over this Python's torch.")  # fmt: skip
+@click.option("--manifest", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The wheel's manifest (default: <wheel>.manifest.json when present).")  # fmt: skip
+@click.option("--out", type=click.Path(path_type=Path), default=Path("reports/gpu"), show_default=True)
+@click.option("--suites", default="flash,flex,sdpa,hf", show_default=True)
+@click.option("--quick", is_flag=True, help="One head dim per dtype; bf16-only Flex.")
+@click.option("--record/--no-record", default=True, show_default=True,
+              help="Write the outcome into the manifest's `parity` (publishing gates on it).")  # fmt: skip
+@click.option(
+    "--venv", "venv_dir", type=click.Path(path_type=Path), help="Where to make the venv (default: temp)."
+)
+@click.pass_obj
+def run(project: Project, wheel: Path | None, manifest: Path | None, out: Path, suites: str, quick: bool,
+        record: bool, venv_dir: Path | None) -> None:  # fmt: skip
+    """Run the parity suites on this machine's GPU; GPU-less machines get an all-skipped report (exit 5)."""
+    from ..parity.venv import install, make_venv
+
+    if manifest is None and wheel is not None:
+        cand = wheel.with_name(wheel.name + ".manifest.json")
+        manifest = cand if cand.is_file() else None
+    python = sys.executable
+    tmp = None
+    if wheel is not None:
+        if venv_dir is None:
+            tmp = tempfile.TemporaryDirectory(prefix="attnforge-parity-")
+            venv_dir = Path(tmp.name) / "venv"
+        vpy = make_venv(venv_dir)
+        install(vpy, [wheel])
+        python = str(vpy)
+    src = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
+    cmd = [python, "-m", "attnforge.parity.runner", "--out", str(out), "--suites", suites,
+           "--matrix", str(project.matrix_path)]  # fmt: skip
+    if wheel is not None:
+        cmd += ["--wheel", wheel.name]
+    if manifest is not None:
+        cmd += ["--manifest", str(manifest)] + (["--record"] if record else [])
+    if quick:
+        cmd.append("--quick")
+    try:
+        code = subprocess.call(cmd, env=env)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    if code == 5:
+        raise EnvironmentProblem(
+            "no CUDA GPU visible: every parity case was skipped", hint=f"see {out}/parity.md"
+        )
+    if code != 0:
+        raise TestFailure(f"parity failed (runner exit {code})", hint=f"see {out}/parity.md")
+
+
+@command.command("record")
+@click.argument("manifest", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--report", "report", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+              help="The parity.json of the run.")  # fmt: skip
+@click.option("--report-ref", help="Path recorded in the manifest (default: the --report path as given).")
+def record(manifest: Path, report: Path, report_ref: str | None) -> None:
+    """Record a parity.json's outcome in a wheel's manifest (`parity: {passed, device, report, date}`)."""
+    from ..parity.manifest import record_from_report
+
+    data = record_from_report(manifest, report, report_ref)
+    p = data["parity"]
+    click.echo(
+        f"{manifest.name}: parity {'passed' if p['passed'] else 'FAILED'} on {p['device']} ({p['date']})"
+    )

@@ -1,0 +1,128 @@
+"""Package built Flex artifacts as the ``attnforge-flex-kernels`` wheel (setuptools via ``pip wheel``).
+
+The wheel holds the ``attnforge_flex`` package (the loader, ``attnforge.flex.runtime`` copied verbatim) and
+its ``artifacts/`` folder. Its local version names torch, toolkit and arch (``0.1.0+torch2.11.cu130.sm90``);
+a family other than ``default`` is prepended (``+swa.torch2.11.cu130.sm90``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import BuildError
+from .runtime import MANIFEST, envkeys
+
+DIST_NAME = "attnforge-flex-kernels"
+IMPORT_NAME = "attnforge_flex"
+BASE_VERSION = "0.1.0"
+
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{name}"
+version = "{version}"
+description = "FlexAttention kernels compiled ahead of time by attnforge ({family}: {variants})"
+readme = "README.md"
+requires-python = ">=3.9"
+dependencies = ["torch"]
+
+[tool.setuptools]
+packages = ["{pkg}"]
+include-package-data = false
+
+[tool.setuptools.package-data]
+{pkg} = ["artifacts/*", "py.typed"]
+"""
+
+README = """\
+# {name} {version}
+
+FlexAttention variants compiled ahead of time by attnforge for {env_line}.
+
+```python
+import attnforge_flex
+attnforge_flex.load()                     # Mega-Cache artifacts into torch's compile caches
+fn = attnforge_flex.attention("{first}")  # torch.compile(flex_attention) with that variant's mask
+```
+
+Variants: {variants}. Built {created}. In another environment `load()` warns once and loads nothing.
+"""
+
+
+def wheel_version(manifest: dict[str, Any]) -> str:
+    """``0.1.0+torch2.11.cu130.sm90`` (family prepended to the local part unless ``default``)."""
+    local = envkeys.local_version(manifest["env"])
+    fam = re.sub(r"[^a-z0-9]", "", str(manifest.get("family", "default")).lower())
+    if fam and fam != "default":
+        local = f"{fam}.{local}"
+    return f"{BASE_VERSION}+{local}"
+
+
+def write_project(artifacts: Path, project: Path) -> dict[str, Any]:
+    """Lay out the wheel's source tree; returns the artifacts' manifest."""
+    manifest: dict[str, Any] = json.loads((artifacts / MANIFEST).read_text(encoding="utf-8"))
+    good = [e for e in manifest["variants"] if e.get("megacache")]
+    if not good:
+        raise BuildError(f"{artifacts}: no variant has a Mega-Cache artifact; nothing to package")
+    pkg = project / IMPORT_NAME
+    runtime = Path(__file__).resolve().parent / "runtime"
+    pkg.mkdir(parents=True)
+    for src in sorted(runtime.glob("*.py")):
+        shutil.copy2(src, pkg / src.name)
+    (pkg / "py.typed").write_text("", encoding="utf-8")
+    dest = pkg / "artifacts"
+    dest.mkdir()
+    files = {MANIFEST}
+    for e in manifest["variants"]:
+        for key in ("megacache", "aoti"):
+            f = (e.get(key) or {}).get("file")
+            if f:
+                files.add(f)
+    for f in sorted(files):
+        shutil.copy2(artifacts / f, dest / f)
+    names = ", ".join(e["name"] for e in good)
+    version = wheel_version(manifest)
+    env = manifest["env"]
+    env_line = (
+        f"torch {env.get('torch')}, Triton {env.get('triton')}, CUDA {env.get('cuda')}, "
+        f"{env.get('gpu')} (sm {env.get('capability')}), Python {env.get('python')}"
+        if env.get("device") == "cuda"
+        else f"torch {env.get('torch')} on CPU ({env.get('cpu_capability')}), Python {env.get('python')}"
+    )
+    fmt = {"name": DIST_NAME, "version": version, "family": manifest.get("family", "default"), "variants": names,
+           "pkg": IMPORT_NAME, "first": good[0]["name"], "env_line": env_line, "created": manifest.get("created")}  # fmt: skip
+    (project / "pyproject.toml").write_text(PYPROJECT.format(**fmt), encoding="utf-8")
+    (project / "README.md").write_text(README.format(**fmt), encoding="utf-8")
+    return manifest
+
+
+def build_wheel(artifacts: Path, dist: Path, python: str = sys.executable) -> Path:
+    """``pip wheel --no-build-isolation`` the project (offline: setuptools must be importable by ``python``)."""
+    dist.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="attnforge-flex-wheel-") as tmp:
+        project = Path(tmp) / "project"
+        manifest = write_project(artifacts, project)
+        out = Path(tmp) / "dist"
+        cmd = [python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(out),
+               str(project)]  # fmt: skip
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        wheels = list(out.glob("*.whl"))
+        if p.returncode != 0 or len(wheels) != 1:
+            raise BuildError(
+                f"pip wheel failed for {DIST_NAME} (exit {p.returncode}): {(p.stderr or p.stdout)[-800:]}",
+                hint="the building Python needs setuptools (pip wheel runs without build isolation, offline)",
+            )
+        target = dist / wheels[0].name
+        shutil.copy2(wheels[0], target)
+    _ = manifest
+    return target

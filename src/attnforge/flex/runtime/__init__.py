@@ -1,0 +1,256 @@
+"""Ahead-of-time compiled FlexAttention kernels: ``load()`` them into torch's caches, then call them.
+
+In the ``attnforge-flex-kernels`` wheel this package is ``attnforge_flex``; in attnforge's sources it is
+``attnforge.flex.runtime``. Importing it never imports torch and never raises.
+
+    import attnforge_flex
+    attnforge_flex.load()                          # Mega-Cache artifacts -> Inductor's caches
+    attn = attnforge_flex.attention("causal-bf16") # torch.compile(flex_attention) with that variant's mask
+    out = attn(q, k, v)                            # first call: cache hits instead of a cold compile
+
+When the environment differs from the one the artifacts were built in (torch, Triton, CUDA, GPU capability,
+Python), a file is corrupted, or the artifacts are missing, ``load()`` warns once (``FlexCacheWarning``) and
+loads nothing: compilation then happens as it would without this package.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+MANIFEST = "manifest.json"
+_warned: set[str] = set()
+_loaded: dict[str, Any] = {}
+
+
+class FlexCacheWarning(UserWarning):
+    """The prebuilt FlexAttention artifacts were not used (the reason is in the message)."""
+
+
+@dataclass
+class LoadResult:
+    """What ``load()`` did: variants whose artifacts went into the caches, and those left out (why)."""
+
+    loaded: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    reason: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.loaded) and self.reason is None
+
+
+def _warn_once(message: str) -> None:
+    if message in _warned:
+        return
+    _warned.add(message)
+    warnings.warn(
+        f"attnforge_flex: {message}; falling back to normal compilation", FlexCacheWarning, stacklevel=3
+    )
+
+
+def read_manifest(artifacts: str | Path | None = None) -> dict[str, Any]:
+    """The artifacts' manifest (raises OSError/ValueError when missing or unreadable)."""
+    path = _base(artifacts) / MANIFEST
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or "variants" not in data or "env" not in data:
+        raise ValueError(f"{path}: not an attnforge-flex manifest")
+    return data
+
+
+def variants(artifacts: str | Path | None = None) -> dict[str, dict[str, Any]]:
+    """Variant name -> its spec dict ({} when there are no readable artifacts)."""
+    try:
+        data = read_manifest(artifacts)
+    except (OSError, ValueError):
+        return {}
+    return {v["name"]: v["spec"] for v in data["variants"]}
+
+
+def _base(artifacts: str | Path | None) -> Path:
+    return Path(artifacts) if artifacts else ARTIFACTS
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def load(artifacts: str | Path | None = None, names: list[str] | None = None) -> LoadResult:
+    """Load the Mega-Cache artifacts into Inductor's caches, after checking the environment matches.
+
+    Never raises for a stale or broken artifact: it warns once and returns a result saying what happened.
+    """
+    import time
+
+    t0 = time.perf_counter()
+    res = LoadResult()
+    base = _base(artifacts)
+    try:
+        data = read_manifest(base)
+    except (OSError, ValueError) as exc:
+        res.reason = f"no usable artifacts ({exc})"
+        _warn_once(res.reason)
+        return res
+    try:
+        import torch
+
+        from . import envkeys
+    except Exception as exc:
+        res.reason = f"torch does not import ({exc})"
+        _warn_once(res.reason)
+        return res
+    here = envkeys.collect(str(data["env"].get("device", "cuda")))
+    diff = envkeys.mismatches(data["env"], here)
+    if diff:
+        res.reason = "artifacts were built for another environment: " + "; ".join(diff)
+        _warn_once(res.reason)
+        return res
+    for entry in data["variants"]:
+        name = entry["name"]
+        if names is not None and name not in names:
+            continue
+        mc = entry.get("megacache") or {}
+        if not mc.get("file"):
+            res.skipped[name] = "no Mega-Cache artifact"
+            continue
+        path = base / mc["file"]
+        try:
+            if _sha256(path) != mc.get("sha256"):
+                raise ValueError("sha256 differs from the manifest (corrupted or replaced)")
+            info = torch.compiler.load_cache_artifacts(path.read_bytes())
+        except Exception as exc:
+            res.skipped[name] = f"{path.name}: {exc}"
+            _warn_once(f"variant {name}: artifact not loaded: {exc}")
+            continue
+        res.loaded.append(name)
+        _loaded[name] = info
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def attention(name: str, artifacts: str | Path | None = None, device: str | None = None) -> Any:
+    """A callable ``fn(q, k, v)`` running the named variant through ``torch.compile(flex_attention)``.
+
+    Its mask and score_mod are the ones the artifacts were compiled with, so a loaded cache hits. A mask
+    that torch.compile cannot trace falls back to eager flex_attention with a warning.
+    """
+    from . import mods
+
+    spec = variants(artifacts).get(name)
+    if spec is None:
+        raise KeyError(
+            f"no FlexAttention variant {name!r} in {artifacts or ARTIFACTS} (have: {sorted(variants(artifacts))})"
+        )
+    call = mods.FlexCall(spec, device or spec.get("device", "cuda"))
+    # forward-only variants with a working AOTInductor package (CPU ones, typically) run it: no compile at all
+    packaged = aoti(name, artifacts, quiet=True) if not spec.get("backward") else None
+    return _Guarded(call, spec, packaged)
+
+
+class _Guarded:
+    """Runs the compiled call; on a tracing/compile error warns once and uses eager flex_attention."""
+
+    def __init__(self, call: Any, spec: dict[str, Any], packaged: Any = None) -> None:
+        self.call = call
+        self.spec = spec
+        self.eager: Any = None
+        self.packaged = packaged
+        s = spec
+        self.shape = ((int(s.get("batch", 1)), int(s["heads_q"]), int(s["seq_len"]), int(s["head_dim"])),
+                      (int(s.get("batch", 1)), int(s["heads_kv"]), int(s["seq_len"]), int(s["head_dim"])))  # fmt: skip
+
+    def _fits_package(self, q: Any, k: Any) -> bool:
+        if self.packaged is None or q.requires_grad or k.requires_grad:
+            return False
+        dt = str(q.dtype).replace("torch.", "").replace("bfloat16", "bf16").replace("float16", "fp16")
+        return (tuple(q.shape), tuple(k.shape)) == self.shape and dt == self.spec.get("dtype")
+
+    def __call__(self, q: Any, k: Any, v: Any) -> Any:
+        if self._fits_package(q, k):
+            out = self.packaged(q, k, v)
+            return out[0] if isinstance(out, (list, tuple)) else out
+        if self.eager is None:
+            want = str(self.spec.get("dtype"))
+            got = str(q.dtype).replace("torch.", "").replace("bfloat16", "bf16").replace("float16", "fp16")
+            if got != want:
+                _warn_once(f"variant {self.spec['name']}: built for {want}, called with {got} (no cache hit)")
+            try:
+                return self.call(q, k, v)
+            except Exception as exc:
+                if type(exc).__name__ not in (
+                    "Unsupported",
+                    "BackendCompilerFailed",
+                    "TorchRuntimeError",
+                    "InternalTorchDynamoError",
+                    "UserError",
+                ):
+                    raise
+                _warn_once(
+                    f"variant {self.spec['name']}: torch.compile failed ({type(exc).__name__}: "
+                    f"{str(exc).splitlines()[0] if str(exc) else ''}); running eager"
+                )
+                from . import mods
+
+                self.eager = mods.FlexCall(self.spec, self.call.device, compiled=False)
+        return self.eager(q, k, v)
+
+
+def aoti(name: str, artifacts: str | Path | None = None, quiet: bool = False) -> Any:
+    """The variant's AOTInductor package, loaded (forward only, the exact shapes it was built for), or None
+    when unusable (with a warning unless ``quiet``, and always when the environment differs)."""
+    base = _base(artifacts)
+    try:
+        data = read_manifest(base)
+    except (OSError, ValueError) as exc:
+        if not quiet:
+            _warn_once(f"no usable artifacts ({exc})")
+        return None
+    entry = next((e for e in data["variants"] if e["name"] == name), None)
+    ao = (entry or {}).get("aoti") or {}
+    if not ao.get("file") or not ao.get("ok"):
+        if not quiet:
+            _warn_once(f"variant {name}: no working AOTInductor package ({ao.get('reason', 'not built')})")
+        return None
+    path = base / ao["file"]
+    try:
+        if _sha256(path) != ao.get("sha256"):
+            raise ValueError("sha256 differs from the manifest (corrupted or replaced)")
+    except (OSError, ValueError) as exc:
+        _warn_once(f"variant {name}: AOTInductor package not used: {exc}")
+        return None
+    import torch
+
+    from . import envkeys
+
+    diff = envkeys.mismatches(data["env"], envkeys.collect(str(data["env"].get("device", "cuda"))))
+    if diff:
+        _warn_once("AOTInductor package built for another environment: " + "; ".join(diff))
+        return None
+    try:
+        if data["env"].get("device") == "cpu":
+            return _load_cpu_package(torch, path)
+        return torch._inductor.aoti_load_package(str(path))
+    except Exception as exc:
+        _warn_once(f"variant {name}: AOTInductor package does not load: {exc}")
+        return None
+
+
+def _load_cpu_package(torch: Any, path: Path) -> Any:
+    """Load a CPU package without Inductor's vector-ISA probe (it compiles test programs, ~8 s, and needs a C++
+    compiler): the recorded ``cpu_capability`` already matched this CPU's, so the ISA is trusted. The probe's
+    answer is cached for the process, as it would be after a normal compile."""
+    from torch._inductor import config as inductor_config
+
+    before = inductor_config.cpp.vec_isa_ok
+    if before is None:
+        inductor_config.cpp.vec_isa_ok = True
+    try:
+        return torch._inductor.aoti_load_package(str(path))
+    finally:
+        inductor_config.cpp.vec_isa_ok = before

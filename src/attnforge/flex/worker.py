@@ -1,0 +1,248 @@
+"""Subprocess side of the Flex builder and benchmarks: ``python -m attnforge.flex.worker ACTION ...``.
+
+Each action runs in its own process (fresh Inductor/Triton cache dirs come from the parent's environment),
+so a compiler crash (AOTInductor has segfaulted in ``aoti_load_package``) cannot take the tool down.
+The last stdout line is a JSON object with the outcome. Needs torch only.
+
+Actions:
+  megacache  --variant JSON --out FILE         compile + run (fwd, and bwd if the variant has it), check
+                                               against eager, save ``torch.compiler.save_cache_artifacts()``
+  aoti-build --variant JSON --out FILE.pt2     torch.export + aoti_compile_and_package (forward)
+  aoti-run   --variant JSON --package FILE     aoti_load_package + run + check against eager
+  first-call --variant JSON --mode cold|megacache|aoti [--artifact FILE] [--backward]
+                                               time the first call in this (fresh) process
+  aoti-probe --variant JSON --out FILE.pt2     the minimal AOTInductor round trip without FlexAttention
+                                               (a Linear + GELU): tells a Flex-specific crash from a
+                                               general one
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+RESULT_PREFIX = "@@flex-result "
+
+
+def _fault(action: str) -> None:
+    """Test hook: ``ATTNFORGE_FLEX_FAULT=<action>`` makes that action die with SIGSEGV (crash handling tests)."""
+    import os
+
+    if os.environ.get("ATTNFORGE_FLEX_FAULT") == action:
+        import ctypes
+
+        ctypes.string_at(0)
+
+
+def _emit(obj: dict[str, Any]) -> None:
+    sys.stdout.flush()
+    print(RESULT_PREFIX + json.dumps(obj, default=str), flush=True)
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _reference_err(v: dict[str, Any], out: Any, q: Any, k: Any, vv: Any) -> float:
+    """max |out - fp32 dense reference| (same mask and score_mod)."""
+
+    from ..parity.reference import attention_ref
+    from .runtime import mods
+
+    s = q.shape[-2]
+    mask = mods.dense_mask(v, s, q.device)
+    bias = mods.dense_bias(v, s, q.device)
+    cap = float(v["softcap"]) if v.get("score_mod") == "softcap" else 0.0
+    ref, _ = attention_ref(
+        q.transpose(1, 2),
+        k.transpose(1, 2),
+        vv.transpose(1, 2),
+        mask=mask,
+        bias=bias,
+        softcap=cap,
+        upcast=True,
+    )
+    return float((out.float() - ref.transpose(1, 2).float()).abs().max().item()) if out.numel() else 0.0
+
+
+def _classify(exc: BaseException) -> str:
+    name = type(exc).__name__
+    if name in ("Unsupported", "UserError", "InternalTorchDynamoError", "TorchRuntimeError"):
+        return "untraceable"
+    if name in ("BackendCompilerFailed", "InductorError"):
+        return "compile"
+    return "error"
+
+
+def megacache(v: dict[str, Any], out: str) -> dict[str, Any]:
+    import torch
+
+    from .runtime import envkeys, mods
+
+    dev = v.get("device", "cuda")
+    q, k, vv = mods.make_inputs(v, dev, grad=bool(v.get("backward")))
+    call = mods.FlexCall(v, dev)
+    t0 = time.perf_counter()
+    o = call(q, k, vv)
+    if v.get("backward"):
+        o.backward(torch.ones_like(o))
+    _sync(dev)
+    compile_s = time.perf_counter() - t0
+    err = _reference_err(v, o.detach(), q.detach(), k.detach(), vv.detach())
+    saved = torch.compiler.save_cache_artifacts()
+    if saved is None:
+        raise RuntimeError("torch.compiler.save_cache_artifacts() returned nothing (caches disabled?)")
+    blob, info = saved
+    with open(out, "wb") as fh:
+        fh.write(blob)
+    kinds = {str(key): len(val) for key, val in getattr(info, "artifacts", {}).items()}
+    return {"ok": True, "compile_s": round(compile_s, 3), "bytes": len(blob), "max_err": err,
+            "artifacts": kinds, "env": envkeys.collect(dev)}  # fmt: skip
+
+
+def aoti_build(v: dict[str, Any], out: str) -> dict[str, Any]:
+    import torch
+
+    from .runtime import mods
+
+    dev = v.get("device", "cuda")
+    q, k, vv = mods.make_inputs(v, dev)
+    mod = mods.FlexModule(v, dev)
+    t0 = time.perf_counter()
+    ep = torch.export.export(mod, (q, k, vv))
+    path = torch._inductor.aoti_compile_and_package(ep, package_path=out)
+    return {"ok": True, "build_s": round(time.perf_counter() - t0, 3), "path": str(path)}
+
+
+def aoti_run(v: dict[str, Any], package: str) -> dict[str, Any]:
+    import torch
+
+    from .runtime import mods
+
+    dev = v.get("device", "cuda")
+    q, k, vv = mods.make_inputs(v, dev)
+    print("aoti-run: loading package", flush=True)
+    t0 = time.perf_counter()
+    fn = torch._inductor.aoti_load_package(package)
+    load_s = time.perf_counter() - t0
+    print("aoti-run: loaded; running", flush=True)
+    o = fn(q, k, vv)
+    _sync(dev)
+    first = time.perf_counter() - t0
+    o = o[0] if isinstance(o, (list, tuple)) else o
+    err = _reference_err(v, o, q, k, vv)
+    return {"ok": True, "load_s": round(load_s, 3), "first_call_s": round(first, 3), "max_err": err}
+
+
+def aoti_probe(v: dict[str, Any], out: str) -> dict[str, Any]:
+    """export -> aoti_compile_and_package -> aoti_load_package -> run, for a tiny non-attention module."""
+    import torch
+
+    dev = v.get("device", "cuda")
+
+    class Tiny(torch.nn.Module):  # type: ignore[misc, unused-ignore]
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(64, 64)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.gelu(self.lin(x))
+
+    m = Tiny().to(dev)
+    x = torch.randn(8, 64, device=dev)
+    t0 = time.perf_counter()
+    ep = torch.export.export(m, (x,))
+    path = torch._inductor.aoti_compile_and_package(ep, package_path=out)
+    build_s = time.perf_counter() - t0
+    print("aoti-probe: built; loading", flush=True)
+    fn = torch._inductor.aoti_load_package(path)
+    print("aoti-probe: loaded; running", flush=True)
+    y = fn(x)
+    y = y[0] if isinstance(y, (list, tuple)) else y
+    err = float((y - m(x)).abs().max().item())
+    return {"ok": True, "build_s": round(build_s, 3), "max_err": err}
+
+
+def first_call(v: dict[str, Any], mode: str, artifact: str | None, backward: bool) -> dict[str, Any]:
+    """Seconds of the first call (fwd or fwd+bwd), loading of the artifact included."""
+    import torch
+
+    from .runtime import mods
+
+    dev = v.get("device", "cuda")
+    q, k, vv = mods.make_inputs(v, dev, grad=backward)
+    _sync(dev)
+    t0 = time.perf_counter()
+    load_s = 0.0
+    if mode == "aoti":
+        if backward:
+            raise ValueError("AOTInductor packages are forward only")
+        if dev == "cpu":  # as attnforge_flex loads it: no vector-ISA probe compile (capability recorded)
+            from .runtime import _load_cpu_package
+
+            fn: Any = _load_cpu_package(torch, Path(str(artifact)))
+        else:
+            fn = torch._inductor.aoti_load_package(str(artifact))
+        load_s = time.perf_counter() - t0
+        o = fn(q, k, vv)
+    else:
+        if mode == "megacache":
+            with open(str(artifact), "rb") as fh:
+                torch.compiler.load_cache_artifacts(fh.read())
+            load_s = time.perf_counter() - t0
+        call = mods.FlexCall(v, dev)
+        o = call(q, k, vv)
+        if backward:
+            o.backward(torch.ones_like(o))
+    _sync(dev)
+    total = time.perf_counter() - t0
+    from torch._dynamo.utils import counters
+
+    hits = {key: dict(val) for key, val in counters.items() if key in ("inductor", "aot_autograd")}
+    return {"ok": True, "seconds": round(total, 4), "load_s": round(load_s, 4), "counters": hits}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="attnforge.flex.worker")
+    ap.add_argument("action", choices=["megacache", "aoti-build", "aoti-run", "first-call", "aoti-probe"])
+    ap.add_argument("--variant", required=True, help="the variant as JSON")
+    ap.add_argument("--out")
+    ap.add_argument("--package")
+    ap.add_argument("--artifact")
+    ap.add_argument("--mode", default="cold", choices=["cold", "megacache", "aoti"])
+    ap.add_argument("--backward", action="store_true")
+    a = ap.parse_args(argv)
+    faulthandler.enable()  # a segfault prints the Python stack on stderr (kept in the build manifest)
+    v = json.loads(a.variant)
+    _fault(a.action)
+    try:
+        if a.action == "megacache":
+            res = megacache(v, a.out)
+        elif a.action == "aoti-build":
+            res = aoti_build(v, a.out)
+        elif a.action == "aoti-run":
+            res = aoti_run(v, a.package)
+        elif a.action == "aoti-probe":
+            res = aoti_probe(v, a.out)
+        else:
+            res = first_call(v, a.mode, a.artifact, a.backward)
+    except Exception as exc:
+        msg = str(exc).strip().splitlines()
+        _emit({"ok": False, "kind": _classify(exc), "error": f"{type(exc).__name__}: {msg[0] if msg else ''}",
+               "traceback": traceback.format_exc(limit=6)[-3000:]})  # fmt: skip
+        return 1
+    _emit(res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

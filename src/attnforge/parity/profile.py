@@ -1,0 +1,123 @@
+"""What a flash-attn wheel claims to contain: head dims, dtypes and disabled features.
+
+Read from the wheel's manifest (``<wheel>.manifest.json``, docs/contracts.md) when there is one, else from
+the local version's profile tag looked up in matrix.yaml's ``profiles``, else upstream's full set.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ALL_HEAD_DIMS: tuple[int, ...] = (32, 64, 96, 128, 192, 256)
+ALL_DTYPES: tuple[str, ...] = ("fp16", "bf16")
+FEATURES: tuple[str, ...] = ("backward", "dropout", "alibi", "softcap", "uneven_k", "local")
+_DISABLE_FLAG = re.compile(r"-DFLASHATTENTION_DISABLE_([A-Z_]+)")
+
+
+@dataclass(frozen=True)
+class WheelProfile:
+    """The kernels a wheel was built with; ``source`` says where this was read from."""
+
+    name: str = "full"
+    head_dims: tuple[int, ...] = ALL_HEAD_DIMS
+    dtypes: tuple[str, ...] = ALL_DTYPES
+    disabled: frozenset[str] = field(default_factory=frozenset)
+    source: str = "default"
+
+    @property
+    def backward(self) -> bool:
+        return "backward" not in self.disabled
+
+    def has(self, feature: str) -> bool:
+        """Whether a feature (one of FEATURES) was compiled in."""
+        return feature not in self.disabled
+
+    def describe(self) -> str:
+        off = ", ".join(sorted(self.disabled)) or "none"
+        return (
+            f"{self.name}: head dims {list(self.head_dims)}, dtypes {list(self.dtypes)}, disabled {off} "
+            f"(from {self.source})"
+        )
+
+
+def disabled_from_flags(flags: list[str]) -> frozenset[str]:
+    """``-DFLASHATTENTION_DISABLE_BACKWARD`` ... -> {"backward", ...} (unknown macros kept, lowercased)."""
+    out = set()
+    for f in flags:
+        m = _DISABLE_FLAG.search(str(f))
+        if m:
+            out.add(m.group(1).lower())
+    return frozenset(out)
+
+
+def from_manifest(data: dict[str, Any]) -> WheelProfile:
+    """The profile recorded in a manifest's ``inputs``."""
+    inputs = data.get("inputs") or {}
+    head_dims = tuple(sorted(int(d) for d in inputs.get("head_dims") or ALL_HEAD_DIMS))
+    dtypes = tuple(str(d) for d in inputs.get("dtypes") or ALL_DTYPES)
+    disabled = disabled_from_flags(list(inputs.get("profile_flags") or []))
+    return WheelProfile(
+        name=str(inputs.get("profile") or "full"),
+        head_dims=head_dims,
+        dtypes=dtypes,
+        disabled=disabled,
+        source="manifest",
+    )
+
+
+def profile_tag(version: str) -> str | None:
+    """The profile tag of a local version: ``2.8.3+cu130torch2.14cxx11abiTRUE.hd128`` -> ``hd128``."""
+    if "+" not in version:
+        return None
+    parts = version.split("+", 1)[1].split(".")
+    abi = [i for i, p in enumerate(parts) if "cxx11abi" in p.lower()]
+    rest = parts[abi[0] + 1 :] if abi else parts[1:]
+    rest = [p for p in rest if p and not p.isdigit()]
+    return rest[0] if rest else None
+
+
+def from_local_version(version: str, profiles: dict[str, dict[str, Any]] | None = None) -> WheelProfile:
+    """Resolve the local version's tag against matrix.yaml ``profiles`` (name or ``tag``); no tag = full."""
+    tag = profile_tag(version)
+    if tag is None:
+        return WheelProfile(source=f"local version {version!r} (no tag: full)")
+    for name, spec in (profiles or {}).items():
+        spec = spec or {}
+        if (spec.get("tag") or name) == tag:
+            disabled = frozenset(str(x).lower() for x in spec.get("disable") or [])
+            return WheelProfile(
+                name=name,
+                head_dims=tuple(sorted(int(d) for d in spec.get("head_dims") or ALL_HEAD_DIMS)),
+                dtypes=tuple(spec.get("dtypes") or ALL_DTYPES),
+                disabled=disabled,
+                source=f"local version tag {tag!r} in matrix.yaml",
+            )
+    return WheelProfile(name=tag, source=f"local version tag {tag!r} (unknown to matrix.yaml: assumed full)")
+
+
+def matrix_profiles(path: Path) -> dict[str, dict[str, Any]]:
+    """``profiles`` of a matrix.yaml, or {} when the file or PyYAML is missing."""
+    try:
+        import yaml
+
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (ImportError, OSError, ValueError):
+        return {}
+    profiles = data.get("profiles") if isinstance(data, dict) else None
+    return dict(profiles) if isinstance(profiles, dict) else {}
+
+
+def resolve(
+    manifest: Path | None = None, version: str | None = None, matrix: Path | None = None
+) -> WheelProfile:
+    """Manifest first, then the local version (with matrix.yaml's profiles), else full."""
+    if manifest is not None and manifest.is_file():
+        return from_manifest(json.loads(manifest.read_text(encoding="utf-8")))
+    if version:
+        return from_local_version(version, matrix_profiles(matrix) if matrix else None)
+    return WheelProfile()
