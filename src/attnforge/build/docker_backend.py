@@ -171,8 +171,11 @@ class DockerBackend:
         if self.ca_bundle:
             mounts.append(f"{self.ca_bundle}:/run/secrets/ca_bundle:ro")
             env |= {k: "/run/secrets/ca_bundle" for k in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")}
-        limit_gb = job.parallelism.job_memory_gb * job.spec.max_jobs + 2.0
-        limit_gb = min(limit_gb, detect_machine().memory_available_gb) if job.parallelism.fits else limit_gb
+        if job.memory_limit_gb is not None:
+            limit_gb = job.memory_limit_gb
+        else:
+            limit_gb = job.parallelism.job_memory_gb * job.spec.max_jobs + 2.0
+            limit_gb = min(limit_gb, detect_machine().memory_available_gb) if job.parallelism.fits else limit_gb
         memory = f"{int(limit_gb * GIB)}"
         cmd = [self.docker, "run", "--rm", "--name", self.container_name(job), "--network", "host"]
         cmd += ["--memory", memory, "--memory-swap", memory]  # no swap: an OOM kill, never thrashing

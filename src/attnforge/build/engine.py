@@ -40,6 +40,7 @@ class CellJob:
     log_path: Path
     parallelism: Parallelism
     input_hash: str
+    memory_limit_gb: float | None = None  # --memory-limit: the container's hard cap (no swap)
 
 
 @dataclass
@@ -186,7 +187,7 @@ class Engine:
             parallelism=par,
             pip_args=self.backend.pip_args,
         )
-        return CellJob(cell, spec, workdir, self.logs / f"{cell.id}.log", par, digest)
+        return CellJob(cell, spec, workdir, self.logs / f"{cell.id}.log", par, digest, self.memory_limit_gb)
 
     # ---- running ----
     def build(self, cells: list[Cell], parallel_cells: int = 1) -> list[CellResult]:

@@ -1,0 +1,95 @@
+"""The README's main job for real: `attnforge build --target default` through Docker, then the wheel in a fresh venv.
+
+A real flash-attn 2.8.3 compile (profile fwd128, sm_90, CUDA 13.0 from PyPI in a locally bootstrapped
+Debian base, torch 2.14.1): about 5-10 minutes on 2 cores. CI runs it (noxfile.CI_SLOW_ALLOWLIST).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def attnforge(matrix: Path, *args: str, timeout: int = 2400) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "attnforge.cli", "--matrix", str(matrix), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**__import__("os").environ, "CI": "1"},
+    )
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, root: Path) -> tuple[Path, Path, str]:
+    """Build the default target once into a private output and cache folder."""
+    tmp = tmp_path_factory.mktemp("build-default")
+    data = yaml.safe_load((root / "matrix.yaml").read_text())
+    data["build"]["output_dir"] = str(tmp / "wheels")
+    data["build"]["cache_dir"] = str(tmp / "cache")
+    matrix = tmp / "matrix.yaml"
+    matrix.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = attnforge(matrix, "build", "--target", "default")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return matrix, tmp / "wheels", proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def test_default_wheel_and_manifest(built: tuple[Path, Path, str]) -> None:
+    _, wheels, output = built
+    found = sorted(wheels.glob("flash_attn-2.8.3+*.whl"))
+    assert len(found) == 1, output[-2000:]
+    wheel = found[0]
+    assert "cu130torch2.14cxx11abi" in wheel.name.lower() and ".fwd128-cp311-cp311-" in wheel.name
+    manifest = json.loads(wheel.with_name(wheel.name + ".manifest.json").read_text())
+    assert manifest["cell_id"] == "flash-attn-2.8.3-cu130-torch2.14.1-cp311-abi1-sm90-fwd128-x86_64"
+    assert manifest["inputs"]["patches"] == ["cxx20"]
+    assert manifest["inputs"]["head_dims"] == [128]
+    assert manifest["build"]["backend"] == "docker"
+    assert manifest["build"]["max_jobs"] >= 1 and manifest["build"]["units_total"] == 5
+    assert manifest["toolchain"]["nvcc"].startswith("13.0")
+    assert manifest["finalize"]["torch_requirement"] == "torch==2.14.*"
+    assert (wheels / "logs" / f"{manifest['cell_id']}.log").is_file()
+
+
+def test_second_run_skips_the_unchanged_cell(built: tuple[Path, Path, str]) -> None:
+    matrix, wheels, _ = built
+    before = {p.name: p.stat().st_mtime_ns for p in wheels.glob("*.whl")}
+    proc = attnforge(matrix, "build", "--target", "default", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "skipped" in proc.stdout + proc.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in wheels.glob("*.whl")} == before
+
+
+def test_wheel_imports_in_a_fresh_venv(built: tuple[Path, Path, str], tmp_path: Path) -> None:
+    """Real pip install next to the torch it was built for; the CUDA extension loads (no GPU needed)."""
+    _, wheels, _ = built
+    wheel = next(wheels.glob("flash_attn-2.8.3+*.whl"))
+    venv = tmp_path / "venv"
+    subprocess.run(["python3.11", "-m", "venv", str(venv)], check=True)
+    pip = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", "torch==2.14.1", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    probe = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import torch, flash_attn, flash_attn_2_cuda; print(flash_attn.__version__)"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    assert probe.stdout.strip().startswith("2.8.3")
