@@ -86,7 +86,11 @@ def test_wheel_imports_in_a_fresh_venv(built: tuple[Path, Path, str], tmp_path: 
     )
     assert pip.returncode == 0, pip.stderr[-2000:]
     probe = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import torch, flash_attn, flash_attn_2_cuda; print(flash_attn.__version__)"],
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import torch, flash_attn, flash_attn_2_cuda; print(flash_attn.__version__)",
+        ],
         capture_output=True,
         text=True,
         timeout=300,

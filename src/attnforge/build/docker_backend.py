@@ -122,10 +122,14 @@ class DockerBackend:
         if self.ca_bundle:
             cmd += ["--secret", f"id=ca_bundle,src={self.ca_bundle}"]
         cmd.append(str(dockerfile_dir()))
-        log = self.project.path(self.project.matrix.build.output_dir) / "logs" / f"builder-{toolkit.short}.log"
+        log = (
+            self.project.path(self.project.matrix.build.output_dir) / "logs" / f"builder-{toolkit.short}.log"
+        )
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("w") as fh:
-            proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "DOCKER_BUILDKIT": "1"})
+            proc = subprocess.run(
+                cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "DOCKER_BUILDKIT": "1"}
+            )
         if proc.returncode != 0:
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-12:])
             raise EnvironmentProblem(f"building the {toolkit} builder image failed (log {log}):\n{tail}")
@@ -134,7 +138,9 @@ class DockerBackend:
     def prepare(self, cells: list[Cell], view: ProgressView) -> None:
         for toolkit in sorted({c.toolkit for c in cells}, key=str):
             if toolkit.kind != "cuda":
-                raise BuildError(f"{toolkit}: the docker backend builds CUDA cells; ROCm cells need docker/rocm-builder")
+                raise BuildError(
+                    f"{toolkit}: the docker backend builds CUDA cells; ROCm cells need docker/rocm-builder"
+                )
             self.images[str(toolkit)] = self.ensure_builder(toolkit, view)
         for py in sorted({c.python for c in cells}):
             python_prefix(py)
@@ -144,7 +150,9 @@ class DockerBackend:
 
     def _dockerfile_digest(self) -> str:
         try:
-            return hashlib.sha256((dockerfile_dir() / "cuda-builder.Dockerfile").read_bytes()).hexdigest()[:16]
+            return hashlib.sha256((dockerfile_dir() / "cuda-builder.Dockerfile").read_bytes()).hexdigest()[
+                :16
+            ]
         except EnvironmentProblem:
             return "missing"
 
@@ -175,7 +183,9 @@ class DockerBackend:
             limit_gb = job.memory_limit_gb
         else:
             limit_gb = job.parallelism.job_memory_gb * job.spec.max_jobs + 2.0
-            limit_gb = min(limit_gb, detect_machine().memory_available_gb) if job.parallelism.fits else limit_gb
+            limit_gb = (
+                min(limit_gb, detect_machine().memory_available_gb) if job.parallelism.fits else limit_gb
+            )
         memory = f"{int(limit_gb * GIB)}"
         cmd = [self.docker, "run", "--rm", "--name", self.container_name(job), "--network", "host"]
         cmd += ["--memory", memory, "--memory-swap", memory]  # no swap: an OOM kill, never thrashing
@@ -202,4 +212,3 @@ class DockerBackend:
 
     def cancel(self, job: CellJob) -> None:
         subprocess.run([self.docker, "kill", self.container_name(job)], capture_output=True, check=False)
-

@@ -22,7 +22,14 @@ from .. import __version__
 from ..cell import Cell
 from ..errors import BuildError, EnvironmentProblem, InterruptedByUser
 from ..project import Project
-from .incontainer_api import EVENT_PREFIX, EXIT_CONTAINER_KILLED, EXIT_ENVIRONMENT, EXIT_OOM, BuildSpec, make_spec
+from .incontainer_api import (
+    EVENT_PREFIX,
+    EXIT_CONTAINER_KILLED,
+    EXIT_ENVIRONMENT,
+    EXIT_OOM,
+    BuildSpec,
+    make_spec,
+)
 from .progress import ProgressView
 from .resources import JobMemoryTable, Parallelism, choose_parallelism, detect_machine
 from .sources import fetch_sdist, sha256_of
@@ -317,6 +324,11 @@ class Engine:
             elif kind == "stage":
                 self.view.stage(cell.id, str(event.get("stage", "")))
 
+    @staticmethod
+    def _log_line(job: CellJob, message: str) -> None:
+        with job.log_path.open("a", encoding="utf-8") as fh:
+            fh.write(message + "\n")
+
     def _failure_message(self, job: CellJob, code: int) -> str:
         """The builder's own error (failing unit, first compiler lines) and where the full log is."""
         detail = ""
@@ -348,7 +360,9 @@ class Engine:
         try:
             self.view.stage(cell.id, "finalizing")
             manifest = build_manifest(cell, built, result, job, self.backend.name, seconds)
-            final = finalize_built(built, manifest, staging, log=lambda m: job.log_path.open("a").write(m + "\n"))
+            final = finalize_built(built, manifest, staging, log=lambda m: self._log_line(job, m))
+                built, manifest, staging, log=lambda m: job.log_path.open("a").write(m + "\n")
+            )
             profile_class = "lean" if cell.profile_spec.disable else "full"
             if result.get("peak_rss_gb"):
                 self.memory_table.record(

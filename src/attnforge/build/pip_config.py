@@ -21,7 +21,9 @@ class PipOptions:
     def add(self, flag: str, value: str) -> None:
         self.args += [flag, value]
         parsed = urlparse(value)
-        path = Path(parsed.path) if parsed.scheme == "file" else Path(value) if value.startswith("/") else None
+        path = (
+            Path(parsed.path) if parsed.scheme == "file" else Path(value) if value.startswith("/") else None
+        )
         if path is None:
             return
         # a PEP 503 tree's pages link to files beside `simple/` (../../files/...): mount the index root

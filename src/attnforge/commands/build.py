@@ -6,9 +6,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ..build.backend_choice import choose_backend
 from ..build.engine import CellResult, Engine
 from ..build.progress import ProgressView
-from ..build.backend_choice import choose_backend
 from ..errors import BuildError
 from ..plan import select_cells
 from ..project import Project
