@@ -361,8 +361,6 @@ class Engine:
             self.view.stage(cell.id, "finalizing")
             manifest = build_manifest(cell, built, result, job, self.backend.name, seconds)
             final = finalize_built(built, manifest, staging, log=lambda m: self._log_line(job, m))
-                built, manifest, staging, log=lambda m: job.log_path.open("a").write(m + "\n")
-            )
             profile_class = "lean" if cell.profile_spec.disable else "full"
             if result.get("peak_rss_gb"):
                 self.memory_table.record(
