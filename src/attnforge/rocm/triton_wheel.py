@@ -11,7 +11,6 @@ needs ``FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE`` (else it imports the absent ``f
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -29,6 +28,7 @@ from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from ..build.incontainer_api import SOURCE_DATE_EPOCH
+from ..build.sources import sha256_of
 from ..cell import Cell
 from ..errors import BuildError, ConfigurationError, EnvironmentProblem
 from .backends import ENV_TO_CLEAR, backend_of, triton_env
@@ -125,14 +125,6 @@ class TritonWheelResult:
             "pure_python": True,
             "build_torch": self.build_torch.get("torch"),
         }
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def python_facts(python: str) -> dict[str, str | None]:
@@ -254,7 +246,7 @@ def build_triton_wheel(
     """
     start = time.monotonic()
     python = python or sys.executable
-    if inputs.source_sha256 and sha256_file(sdist) != inputs.source_sha256:
+    if inputs.source_sha256 and sha256_of(sdist) != inputs.source_sha256:
         raise BuildError(f"{sdist.name}: sha256 does not match the pin {inputs.source_sha256[:16]}…")
     facts = python_facts(python)
     env = {k: v for k, v in os.environ.items() if k not in ENV_TO_CLEAR}
@@ -299,7 +291,7 @@ def build_triton_wheel(
             tmp_ctx.cleanup()
     return TritonWheelResult(
         wheel=final,
-        sha256=sha256_file(final),
+        sha256=sha256_of(final),
         size=final.stat().st_size,
         built_as=wheels[0].name,
         check=check,
