@@ -6,6 +6,7 @@ Arguments after `--` go to the command a session runs, e.g. `nox -s build-wheels
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import nox
 
@@ -57,6 +58,22 @@ def runner_check(session: nox.Session) -> None:
     """Validate this machine as a self-hosted GPU runner (driver, arches, Docker, disk, MAX_JOBS, smoke run)."""
     args = session.posargs or ["--target", "default", "--json", "reports/gpu/runner_check.json"]
     session.run("attnforge", "runner", "check", *args, external=True)
+
+
+@nox.session(name="gpu-parity", venv_backend="none")
+def gpu_parity(session: nox.Session) -> None:
+    """GPU parity of each wheel in a folder (`-- --wheels wheels`) over this machine's torch; records it in the manifests."""
+    args = list(session.posargs)
+    if args[:1] != ["--wheels"]:
+        session.run("attnforge", "parity", "run", *args, external=True)
+        return
+    if len(args) < 2:
+        session.error("--wheels needs a folder")
+    wheels = sorted(Path(args[1]).glob("flash_attn-*.whl"))
+    if not wheels:
+        session.error(f"no flash_attn wheels in {args[1]}")
+    for wheel in wheels:
+        session.run("attnforge", "parity", "run", "--wheel", str(wheel), *args[2:], external=True)
 
 
 @nox.session(python=PYTHON)
