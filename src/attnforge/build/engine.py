@@ -22,6 +22,7 @@ from .. import __version__
 from ..cell import Cell
 from ..errors import BuildError, EnvironmentProblem, InterruptedByUser
 from ..project import Project
+from ..wheels.manifest import manifest_path_for
 from .incontainer_api import (
     EVENT_PREFIX,
     EXIT_CONTAINER_KILLED,
@@ -105,10 +106,6 @@ def input_hash(cell: Cell, backend_identity: str) -> str:
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
-
-
-def manifest_path(wheel: Path) -> Path:
-    return wheel.with_name(wheel.name + ".manifest.json")
 
 
 def up_to_date(output_dir: Path, cell: Cell, digest: str) -> Path | None:
@@ -375,7 +372,7 @@ class Engine:
                         old.unlink()
                 except (OSError, json.JSONDecodeError):
                     continue
-            final.manifest.replace(manifest_path(target))
+            final.manifest.replace(manifest_path_for(target))
             final.wheel.replace(target)
             return target
         finally:
