@@ -86,11 +86,19 @@ class Cell:
         return f"{local}.{tag}" if tag else local
 
     @property
+    def pure_python(self) -> bool:
+        """A ROCm Triton-profile cell: setup.py declares no extension, the wheel is pure Python."""
+        return self.toolkit.kind == "rocm" and self.profile_spec.rocm_backend == "triton"
+
+    @property
+    def wheel_tag(self) -> str:
+        """`cp311-cp311-linux_x86_64`, or `py3-none-any` for a pure-Python (Triton) cell."""
+        return "py3-none-any" if self.pure_python else f"{self.cp}-{self.cp}-linux_{self.platform}"
+
+    @property
     def wheel_name(self) -> str:
         dist = self.kernel.replace("-", "_")
-        return (
-            f"{dist}-{self.kernel_version}+{self.local_version}-{self.cp}-{self.cp}-linux_{self.platform}.whl"
-        )
+        return f"{dist}-{self.kernel_version}+{self.local_version}-{self.wheel_tag}.whl"
 
     @property
     def arch_slug(self) -> str:

@@ -1,4 +1,4 @@
-"""Hugging Face transformers, flash_attention_2 vs sdpa, on a small randomly initialised decoder."""
+"""Hugging Face transformers, flash_attention_2 vs low-precision eager (and sdpa), on a small random decoder."""
 
 from __future__ import annotations
 

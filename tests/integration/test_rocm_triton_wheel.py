@@ -21,10 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.build.sources import _download, sha256_of
 from attnforge.cell import Cell
 from attnforge.compat import load_compat
-from attnforge.locking import sdist_url
 from attnforge.matrix_file import parse_matrix
 from attnforge.plan import plan_target
 from attnforge.rocm.backends import plan_rocm_build
@@ -35,22 +33,12 @@ from attnforge.rocm.triton_wheel import (
     make_build_python,
     verify_triton_wheel,
 )
+from tests.integration.rocm_triton import IMPORT, TORCH_CPU, TRITON, flash_attn_sdist, pip_sources
 
 pytestmark = [pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-TORCH_CPU = Path("/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
-LOCAL_DIRS = [Path("/opt/wheels"), Path("/opt/pypi/files")]
-TRITON = "triton==3.6.0"
 
-IMPORT = """\
-import importlib.util, json, torch, flash_attn
-import flash_attn.flash_attn_interface as fi
-print(json.dumps({"flash_attn": flash_attn.__version__, "file": flash_attn.__file__,
-                  "backend": fi.flash_attn_gpu.__name__, "torch": torch.__version__,
-                  "hip": torch.version.hip,
-                  "flash_attn_2_cuda": importlib.util.find_spec("flash_attn_2_cuda") is not None}))
-"""
 REFERENCE = """\
 import json, math, torch
 import flash_attn.flash_attn_interface as fi
@@ -67,13 +55,6 @@ print(json.dumps(diffs))
 """
 
 
-def pip_sources() -> list[str]:
-    """Offline from this machine's wheel folders when it has them all, else pip's configured index."""
-    if all(d.is_dir() for d in LOCAL_DIRS):
-        return ["--no-index", *[x for d in LOCAL_DIRS for x in ("--find-links", str(d))]]
-    return []
-
-
 @pytest.fixture(scope="module")
 def cell() -> Cell:
     plan = plan_target(parse_matrix((ROOT / "matrix.yaml").read_text()), "release", load_compat())
@@ -83,13 +64,8 @@ def cell() -> Cell:
 
 @pytest.fixture(scope="module")
 def sdist(cell: Cell, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    for cand in (os.environ.get("ATTNFORGE_FA_SDIST"), "/tmp/probe/flash_attn-2.8.3.tar.gz"):
-        if cand and Path(cand).is_file() and sha256_of(Path(cand)) == cell.source_sha256:
-            return Path(cand)
-    path = tmp_path_factory.mktemp("sdist") / "flash_attn-2.8.3.tar.gz"
-    _download(sdist_url(cell.kernel, cell.kernel_version)[0], path)  # PyPI, 8.4 MB
-    assert sha256_of(path) == cell.source_sha256
-    return path
+    assert cell.source_sha256
+    return flash_attn_sdist(cell.source_sha256, tmp_path_factory.mktemp("sdist") / "flash_attn-2.8.3.tar.gz")
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,10 @@ def test_json_keys_exact_and_counts(tmp_path: Path) -> None:
     data = json.loads(paths["json"].read_text())
     assert tuple(data) == JSON_KEYS
     assert (data["passed"], data["failed"], data["skipped"]) == (2, 1, 1)
-    assert len(data["cases"]) == 3 and all(tuple(c) == CASE_KEYS for c in data["cases"])
+    # the keys first, in order; a failure adds its reason (and details when there are some)
+    assert len(data["cases"]) == 3 and all(tuple(c)[: len(CASE_KEYS)] == CASE_KEYS for c in data["cases"])
+    assert [set(c) - set(CASE_KEYS) <= {"reason", "details"} for c in data["cases"]] == [True] * 3
+    assert "reason" in data["cases"][1] and "reason" not in data["cases"][0]
     assert data["cases"][1]["max_err"] == "inf" and data["cases"][2]["max_err"] is None
 
 

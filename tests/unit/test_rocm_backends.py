@@ -65,7 +65,7 @@ def test_ck_env_of_the_release_cell(release_cells: dict[str, Cell]) -> None:
     assert int(env["MAX_JOBS"]) == plan.max_jobs >= 1
     assert "native" not in env["GPU_ARCHS"]
     assert plan.manifest_fields() == {
-        "rocm_backend": "ck", "compiled_arches": ["gfx90a", "gfx942"],
+        "rocm_backend": "ck", "ck_kernels": True, "compiled_arches": ["gfx90a", "gfx942"],
         "target_arches": ["gfx90a", "gfx942"], "pure_python": False,
     }  # fmt: skip
     assert plan.needs_hipcc and plan.needs_rocm_torch and not plan.pure_python
@@ -90,6 +90,7 @@ def test_triton_env_of_the_release_cell(release_cells: dict[str, Cell]) -> None:
     assert "GPU_ARCHS" not in plan.env  # nothing is compiled: no arch list to name
     assert plan.manifest_fields()["compiled_arches"] == []
     assert plan.manifest_fields()["rocm_backend"] == "triton"
+    assert plan.manifest_fields()["ck_kernels"] is False
     assert plan.pure_python and not plan.needs_hipcc and not plan.needs_rocm_torch
     assert plan.wheel_tag == "py3-none-any"
     assert plan.import_env == {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from ..errors import ConfigurationError, EnvironmentProblem
+from ..errors import EnvironmentProblem
 from ..project import Project
 from .engine import Backend
 from .progress import ProgressView
@@ -33,7 +33,14 @@ def choose_backend(project: Project, name: str, view: ProgressView) -> Backend:
     from .local_backend import LocalBackend
 
     if name == "cibuildwheel":
-        raise ConfigurationError("the cibuildwheel backend is not available yet; use docker or local")
+        from .cibuildwheel_backend import CibuildwheelBackend
+
+        ok, detail = docker_engine_ok()
+        if not ok:
+            raise EnvironmentProblem(f"the cibuildwheel backend needs a Docker engine: {detail}")
+        view.log(f"backend: cibuildwheel (Docker engine {detail})")
+        cibw: Backend = CibuildwheelBackend(project)
+        return cibw
     if name in ("auto", "docker"):
         ok, detail = docker_engine_ok()
         if ok:

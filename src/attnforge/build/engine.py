@@ -2,6 +2,8 @@
 
 The engine is backend-agnostic: a backend runs `incontainer.py` with a spec (in Docker or on the host);
 the engine owns ordering, parallelism, logs, manifests and the atomic move into the output folder.
+Backends are picked per cell (`routing.route_of`): CUDA cells go to the one given to the engine, ROCm
+Triton cells to the triton backend, ROCm CK cells to one that refuses them with what is missing.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from .. import __version__
 from ..cell import Cell
 from ..errors import BuildError, EnvironmentProblem, InterruptedByUser
 from ..project import Project
+from ..rocm.backends import rocm_parallelism
 from ..wheels.manifest import manifest_path_for
 from .incontainer_api import (
     EVENT_PREFIX,
@@ -33,6 +36,7 @@ from .incontainer_api import (
 )
 from .progress import ProgressView
 from .resources import JobMemoryTable, Parallelism, choose_parallelism, detect_machine
+from .routing import Route, make_route_backend, route_of
 from .sources import fetch_sdist, sha256_of
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -153,9 +157,21 @@ class Engine:
         self._running: dict[str, CellJob] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._routes: dict[Route, Backend] = {}
+
+    def backend_for(self, cell: Cell) -> Backend:
+        """The backend that builds `cell` (see `routing`): the engine's own one for CUDA cells."""
+        route = route_of(cell)
+        if route == "default":
+            return self.backend
+        if route not in self._routes:
+            self._routes[route] = make_route_backend(route, self.project)
+        return self._routes[route]
 
     # ---- planning one job ----
     def parallelism(self, cell: Cell, share: int) -> Parallelism:
+        if route_of(cell) == "triton":
+            return rocm_parallelism(cell)
         machine = detect_machine()
         if self.memory_limit_gb is not None:
             from .resources import Machine
@@ -189,7 +205,7 @@ class Engine:
             objects_dir=group / "objects",
             ccache_dir=self.cache / "ccache",
             parallelism=par,
-            pip_args=self.backend.pip_args,
+            pip_args=self.backend_for(cell).pip_args,
         )
         return CellJob(cell, spec, workdir, self.logs / f"{cell.id}.log", par, digest, self.memory_limit_gb)
 
@@ -197,11 +213,14 @@ class Engine:
     def build(self, cells: list[Cell], parallel_cells: int = 1) -> list[CellResult]:
         """Build every cell; cells of one kernel-set run in order (the first compiles, the rest reuse)."""
         self.logs.mkdir(parents=True, exist_ok=True)
-        identity = self.backend.identity()
+        identities: dict[int, str] = {}
         todo: list[tuple[Cell, str]] = []
         results: list[CellResult] = []
         for cell in cells:
-            digest = input_hash(cell, identity)
+            backend = self.backend_for(cell)
+            if id(backend) not in identities:
+                identities[id(backend)] = backend.identity()
+            digest = input_hash(cell, identities[id(backend)])
             existing = None if self.force else up_to_date(self.output, cell, digest)
             if existing:
                 self.view.stage(cell.id, "skipped")
@@ -210,9 +229,29 @@ class Engine:
                 todo.append((cell, digest))
         if not todo:
             return results
-        self.backend.prepare([c for c, _ in todo], self.view)
+        by_backend: dict[int, tuple[Backend, list[Cell]]] = {}
+        for cell, _ in todo:
+            backend = self.backend_for(cell)
+            by_backend.setdefault(id(backend), (backend, []))[1].append(cell)
+        # refusals (CK) first, then the triton venv, then the chosen backend (builder images: minutes)
+        order: list[Route] = ["rocm-ck", "triton", "default"]
+        refused: set[str] = set()
+        for backend, members in sorted(by_backend.values(), key=lambda bm: order.index(route_of(bm[1][0]))):
+            if backend is not self.backend:
+                self.view.log(f"backend: {backend.name} for {len(members)} cell(s)")
+            try:
+                backend.prepare(members, self.view)
+            except (BuildError, EnvironmentProblem) as exc:
+                if len(members) == len(cells):
+                    raise  # nothing else in this run: the backend's own error and exit code
+                # other backends' cells still build (a CUDA machine with a release target's CK cells)
+                self.view.log(f"[red]{backend.name}: {exc}[/]")
+                for cell in members:
+                    self.view.stage(cell.id, "failed")
+                    results.append(CellResult(cell, "failed", None, message=str(exc)))
+                    refused.add(cell.id)
         groups: dict[str, list[tuple[Cell, str]]] = {}
-        for cell, digest in todo:
+        for cell, digest in [(c, d) for c, d in todo if c.id not in refused]:
             groups.setdefault(cell.kernel_set_key, []).append((cell, digest))
         share = max(1, min(parallel_cells, len(groups)))
 
@@ -237,7 +276,7 @@ class Engine:
             with self._lock:
                 running = list(self._running.values())
             for job in running:
-                self.backend.cancel(job)
+                self.backend_for(job.cell).cancel(job)
             raise InterruptedByUser(
                 "build interrupted: running containers stopped, no partial wheel written"
             ) from None
@@ -263,12 +302,11 @@ class Engine:
     def _run_with_oom_retry(self, job: CellJob) -> dict[str, Any]:
         """Run; when the OOM killer strikes, rerun in the same tree (finished objects kept) with fewer jobs."""
         cell = job.cell
+        backend = self.backend_for(cell)
         oom_retries = 0
         jobs_before = job.parallelism.max_jobs
         with job.log_path.open("a", encoding="utf-8") as log:
-            log.write(
-                f"\n=== {dt.datetime.now(dt.timezone.utc).isoformat()} {cell.id} ({self.backend.name})\n"
-            )
+            log.write(f"\n=== {dt.datetime.now(dt.timezone.utc).isoformat()} {cell.id} ({backend.name})\n")
             log.write(f"=== {job.parallelism.reason}\n")
             while True:
                 job.workdir.mkdir(parents=True, exist_ok=True)
@@ -276,7 +314,7 @@ class Engine:
                 self.view.stage(cell.id, f"building (MAX_JOBS={job.spec.max_jobs})")
                 with self._lock:
                     self._running[cell.id] = job
-                code = self.backend.run(job, lambda line: self._on_line(cell, line, log))
+                code = backend.run(job, lambda line: self._on_line(cell, line, log))
                 with self._lock:
                     self._running.pop(cell.id, None)
                 if code == 0:
@@ -356,7 +394,11 @@ class Engine:
         staging.mkdir(parents=True)
         try:
             self.view.stage(cell.id, "finalizing")
-            manifest = build_manifest(cell, built, result, job, self.backend.name, seconds)
+            manifest = build_manifest(cell, built, result, job, self.backend_for(cell).name, seconds)
+            if cell.toolkit.kind == "rocm":  # names the wheel's tag (py3-none-any for Triton)
+                manifest["inputs"].setdefault("rocm_backend", cell.profile_spec.rocm_backend or "ck")
+            for key, value in (result.get("manifest") or {}).items():
+                manifest.setdefault(key, value)  # a backend's own blocks (ROCm: `rocm`), never ours
             final = finalize_built(built, manifest, staging, log=lambda m: self._log_line(job, m))
             profile_class = "lean" if cell.profile_spec.disable else "full"
             if result.get("peak_rss_gb"):

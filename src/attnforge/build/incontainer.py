@@ -226,6 +226,7 @@ def load_spec(path: Path) -> dict[str, Any]:
         "import_check": True,
         "import_names": None,
         "patches_dir": None,
+        "cxx_probe": True,
     }
     for key, value in defaults.items():
         if spec.get(key) is None:
@@ -844,7 +845,122 @@ def cgroup_memory_limit_gb() -> float | None:
     return None
 
 
-def toolchain(cuda_home: str | None, tinfo: dict[str, Any]) -> dict[str, str | None]:
+# ---------------------------------------------------------------------------------------------- host compiler
+
+# A C++ exception thrown by torch (TORCH_CHECK in libc10) must unwind through code this compiler built and
+# reach Python as RuntimeError: that is how a flash-attn wheel reports a head dim or dtype it was built
+# without. Seen on a GPU machine: a gcc wrapper in /opt/gcc (named by CC/CXX) that links its own crt files
+# made every such exception a SIGSEGV, and AOTInductor packages crashed on load the same way.
+CXX_PROBE = r"""
+import sys
+from torch.utils.cpp_extension import load_inline
+src = '''
+#include <torch/extension.h>
+namespace probe { inline void bad(int d) { TORCH_CHECK(false, "attnforge probe: excluded head dim ", d); } }
+int64_t dispatch(int64_t d) {
+  return [&] {
+    if (d <= 32) { if constexpr (false) { return int64_t(1); } else { probe::bad(int(d)); } }
+    return int64_t(2);
+  }();
+}
+'''
+m = load_inline("attnforge_cxx_probe", cpp_sources=[src], functions=["dispatch"], build_directory=sys.argv[1])
+assert m.dispatch(64) == 2
+try:
+    m.dispatch(16)
+except RuntimeError as exc:
+    print("RAISED", str(exc).splitlines()[0], flush=True)
+"""
+CXX_PROBE_FILE = ".attnforge-cxx-probe.json"
+FALLBACK_CXX = ("/usr/bin/g++", "/usr/bin/c++")
+
+
+def c_compiler_for(cxx: str) -> str | None:
+    """The C compiler beside a C++ one (``.../g++`` -> ``.../gcc``, ``c++`` -> ``cc``), when it exists."""
+    head, name = os.path.split(cxx)
+    for plus, plain in (("clang++", "clang"), ("g++", "gcc"), ("c++", "cc")):
+        if name.endswith(plus):
+            cand = os.path.join(head, name[: -len(plus)] + plain)
+            return cand if shutil.which(cand) else None
+    return None
+
+
+def compiler_identity(cxx: str) -> str | None:
+    """``realpath | first line of --version``; None when ``cxx`` does not run."""
+    exe = shutil.which(cxx.split()[-1])
+    if not exe:
+        return None
+    try:
+        first = run_capture([exe, "--version"], timeout=60).splitlines()[0]
+    except (RuntimeError, OSError, IndexError, subprocess.TimeoutExpired):
+        return None
+    return f"{os.path.realpath(exe)} | {first}"
+
+
+def probe_cxx(vpy: str, cxx: str, env: dict[str, str], work: Path) -> str:
+    """'' when an exception thrown through torch from code ``cxx`` built reaches Python, else why not."""
+    penv = dict(env, CXX=cxx, TORCH_NO_COMPILER_WRAPPER="1")
+    penv["PATH"] = os.pathsep.join([str(Path(vpy).parent), env.get("PATH", "/usr/bin:/bin")])  # ninja
+    cc = c_compiler_for(cxx.split()[-1])
+    if cc:
+        penv["CC"] = cc
+    work.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="cxx-probe-", dir=work) as tmp:
+        try:
+            proc = subprocess.run([vpy, "-X", "faulthandler", "-c", CXX_PROBE, tmp], env=penv,
+                                  capture_output=True, text=True, timeout=900)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return "the probe extension hung for 15 min"
+    if proc.returncode == 0 and "RAISED" in proc.stdout:
+        return ""
+    if proc.returncode < 0:
+        try:
+            sig = signal.Signals(-proc.returncode).name
+        except ValueError:
+            sig = f"signal {-proc.returncode}"
+        return f"a C++ exception thrown through torch killed the process with {sig}"
+    lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip() and len(ln) < 300]
+    tail = " | ".join(lines[-2:])
+    return f"the probe extension did not build or raise (exit {proc.returncode}): {tail}"
+
+
+def choose_host_compiler(
+    vpy: str, venv_dir: Path, env: dict[str, str], rep: Reporter, fallbacks: tuple[str, ...] = FALLBACK_CXX
+) -> dict[str, Any]:
+    """The C++ compiler for torch's extension build: ``$CXX`` (else ``c++``) when it passes ``CXX_PROBE``,
+    else the first fallback that does (with a warning). Results are cached per compiler in the venv.
+    Raises BuildFailure(EXIT_ENV) when none passes."""
+    first = env.get("CXX") or "c++"
+    cache_path = venv_dir / CXX_PROBE_FILE
+    try:
+        cache: dict[str, str] = json.loads(cache_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        cache = {}
+    tried: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for cxx in (first, *fallbacks):
+        ident = compiler_identity(cxx)
+        if ident is None or ident.split(" | ")[0] in seen:
+            continue
+        seen.add(ident.split(" | ")[0])
+        why = cache.get(ident)
+        if why is None:
+            rep.line(f"attnforge: checking that C++ exceptions from {cxx}-built code reach Python")
+            why = probe_cxx(vpy, cxx, env, venv_dir)
+            cache[ident] = why
+            with contextlib.suppress(OSError):
+                cache_path.write_text(json.dumps(cache, indent=1), encoding="utf-8")
+        tried.append((cxx, why))
+        if not why:
+            if cxx != first:
+                rep.line(f"attnforge: warning: {first}: {tried[0][1]}; building with {cxx} instead")
+            return {"cxx": cxx, "cc": c_compiler_for(cxx.split()[-1]), "switched": cxx != first,
+                    "rejected": {c: w for c, w in tried if w}}  # fmt: skip
+    detail = "; ".join(f"{c}: {w}" for c, w in tried) or f"{first} does not run"
+    raise BuildFailure(EXIT_ENV, f"no usable host C++ compiler ({detail}); set CXX/CC to a working g++")
+
+
+def toolchain(cuda_home: str | None, tinfo: dict[str, Any], cxx: str | None = None) -> dict[str, str | None]:
     nvcc = None
     if cuda_home and os.path.exists(os.path.join(cuda_home, "bin", "nvcc")):
         with contextlib.suppress(RuntimeError, OSError):
@@ -853,7 +969,7 @@ def toolchain(cuda_home: str | None, tinfo: dict[str, Any]) -> dict[str, str | N
             nvcc = m.group(1) if m else None
     gcc = None
     with contextlib.suppress(RuntimeError, OSError):
-        gcc = run_capture([os.environ.get("CXX", "c++").split()[-1], "-dumpfullversion"])
+        gcc = run_capture([(cxx or os.environ.get("CXX", "c++")).split()[-1], "-dumpfullversion"])
     return {"nvcc": nvcc, "gcc": gcc, "python": tinfo.get("python"), "torch": tinfo.get("torch")}
 
 
@@ -1089,8 +1205,13 @@ def build(spec: dict[str, Any], rep: Reporter, result: dict[str, Any]) -> None:
         raise BuildFailure(EXIT_ENV, problem)
     result["venv_reused"] = venv["reused"]
     cuda_home = base_env.get("CUDA_HOME") or ("/usr/local/cuda" if os.path.isdir("/usr/local/cuda") else None)
-    tool = toolchain(cuda_home, venv)
+    host_cxx: dict[str, Any] = {}
+    if spec["cxx_probe"]:
+        with Stage(rep, times, "compiler"):
+            host_cxx = choose_host_compiler(vpy, Path(spec["venv_dir"]), base_env, rep)
+    tool = toolchain(cuda_home, venv, host_cxx.get("cxx"))
     result["toolchain"] = tool
+    result["host_compiler"] = host_cxx
     if is_flash_attn(spec) and not tool["nvcc"] and not venv.get("hip"):
         raise BuildFailure(EXIT_ENV, f"no nvcc under CUDA_HOME={cuda_home}")
     if venv.get("cuda") and tool["nvcc"] and venv["cuda"].split(".")[0] != tool["nvcc"].split(".")[0]:
@@ -1109,6 +1230,10 @@ def build(spec: dict[str, Any], rep: Reporter, result: dict[str, Any]) -> None:
     result["max_jobs"] = max_jobs
     result["nvcc_threads"] = int(spec["nvcc_threads"])
     env = build_env(spec, vpy, tree, sdist, max_jobs, prebuilt, auto_wrap=bool(venv.get("auto_wrap")))
+    if host_cxx.get("switched") or (host_cxx and "CXX" in base_env):
+        env["CXX"] = host_cxx["cxx"]
+        if host_cxx.get("cc"):
+            env["CC"] = host_cxx["cc"]  # torch passes CC to nvcc as -ccbin
     dist = Path(spec["build_dir"]) / "dist"
     if dist.exists():
         shutil.rmtree(dist)

@@ -13,6 +13,37 @@ if TYPE_CHECKING:
     from .engine import CellJob
 
 MANIFEST_SCHEMA = 1
+FULL_HEAD_DIMS = frozenset({32, 64, 96, 128, 192, 256})
+BUILD_ONLY_INPUTS = ("source", "source_sha256", "patches")
+
+
+def manifest_inputs(cell: Cell, *, for_image: bool = False) -> dict[str, Any]:
+    """The manifest's `inputs` for a cell (one shape for wheel manifests and NGC image requests).
+
+    for_image: a target cell's inputs as an NGC image sees them: no source or patches (the image builds
+    upstream's sdist) and a head-dim list naming every head dim reads as None (all).
+    """
+    head_dims = cell.profile_spec.head_dims
+    inputs: dict[str, Any] = {
+        "source": "pypi-sdist",
+        "source_sha256": cell.source_sha256,
+        "toolkit": str(cell.toolkit),
+        "torch": cell.torch,
+        "torch_variant": cell.torch_variant,
+        "python": cell.python,
+        "cxx11_abi": cell.cxx11_abi,
+        "arches": list(cell.arches),
+        "profile": cell.profile,
+        "profile_flags": cell.compile_flags(),
+        "head_dims": head_dims,
+        "dtypes": cell.profile_spec.dtypes,
+        "patches": list(cell.patches),
+    }
+    if for_image:
+        for key in BUILD_ONLY_INPUTS:
+            del inputs[key]
+        inputs["head_dims"] = head_dims if head_dims and set(head_dims) != FULL_HEAD_DIMS else None
+    return inputs
 
 
 def build_manifest(
@@ -35,21 +66,7 @@ def build_manifest(
         "wheel": wheel.name,
         "sha256": sha256_of(wheel),
         "size": wheel.stat().st_size,
-        "inputs": {
-            "source": "pypi-sdist",
-            "source_sha256": cell.source_sha256,
-            "toolkit": str(cell.toolkit),
-            "torch": cell.torch,
-            "torch_variant": cell.torch_variant,
-            "python": cell.python,
-            "cxx11_abi": cell.cxx11_abi,
-            "arches": list(cell.arches),
-            "profile": cell.profile,
-            "profile_flags": cell.compile_flags(),
-            "head_dims": cell.profile_spec.head_dims,
-            "dtypes": cell.profile_spec.dtypes,
-            "patches": list(cell.patches),
-        },
+        "inputs": manifest_inputs(cell),
         "kernel_set_key": cell.kernel_set_key,
         "input_hash": job.input_hash,
         "toolchain": result.get("toolchain", {}),

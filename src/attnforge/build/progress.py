@@ -25,6 +25,8 @@ class CellProgress:
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None
     last_printed_pct: int = -1
+    open_stage: str | None = None  # a builder stage that started and has not ended yet
+    open_since: float = 0.0
 
     @property
     def elapsed(self) -> float:
@@ -35,6 +37,30 @@ class CellProgress:
             return "-"
         rate = self.elapsed / self.done
         return f"{rate * (self.total - self.done):.0f}s"
+
+
+# The builder's stages (incontainer.py's Stage): each sends a start event and then a done or failed event.
+BUILDER_STAGES = frozenset({"source", "unpack", "venv", "compile", "import_check"})
+END_STATES = frozenset({"done", "failed", "skipped", "cancelled"})
+
+
+def plain_stage_line(p: CellProgress, stage: str, status: str | None, seconds: float | None) -> str | None:
+    """The CI line for a stage event, or None: a builder stage prints once, when it ends, with its time.
+
+    `status` is the builder's (start, done, failed); without it a builder stage's second event is its end.
+    Other stages (the engine's own: fetching sources, building, finalizing, done...) print as they come.
+    """
+    now = time.monotonic()
+    if stage not in BUILDER_STAGES:
+        return stage
+    ending = status in ("done", "failed") if status else p.open_stage == stage
+    if not ending:
+        p.open_stage, p.open_since = stage, now
+        return None
+    if seconds is None:
+        seconds = now - p.open_since if p.open_stage == stage else 0.0
+    p.open_stage = None
+    return f"{stage} {status or 'ended'} ({seconds:.0f}s)"
 
 
 def interactive() -> bool:
@@ -82,14 +108,18 @@ class ProgressView:
         """A line that stays (also in quiet mode)."""
         self.console.print(message)
 
-    def stage(self, cell_id: str, stage: str) -> None:
+    def stage(
+        self, cell_id: str, stage: str, status: str | None = None, seconds: float | None = None
+    ) -> None:
+        """A cell's stage; `status`/`seconds` are the builder's stage event fields when the caller has them."""
         with self._lock:
             p = self.cells.setdefault(cell_id, CellProgress(cell_id))
             p.stage = stage
-            if stage in ("done", "failed", "skipped", "cancelled"):
+            if stage in END_STATES:
                 p.finished = time.monotonic()
-            if self.quiet:
-                self.console.print(f"[{p.elapsed:6.0f}s] {cell_id}: {stage}")
+            line = plain_stage_line(p, stage, status, seconds) if self.quiet else None
+            if line:
+                self.console.print(f"[{p.elapsed:6.0f}s] {cell_id}: {line}")
             self._refresh()
 
     def units(self, cell_id: str, done: int, total: int) -> None:

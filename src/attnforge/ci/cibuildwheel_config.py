@@ -1,40 +1,52 @@
-"""A cibuildwheel configuration per cell (research for a `cibuildwheel` backend; the lead integrates it).
+"""A cibuildwheel configuration per cell: what `attnforge build --backend cibuildwheel` runs.
 
 `cibuildwheel_config(cell)` returns the `[tool.cibuildwheel]` table as a dict; `to_toml()` writes it as
-a file for `cibuildwheel --config-file FILE --platform linux SOURCE_DIR`. What cibuildwheel's Linux
-container mode needs (read from pypa/cibuildwheel 4.x, oci_container.py and docs/options.md):
+a file for `cibuildwheel --platform linux --config-file FILE SOURCE_DIR`. Standalone (stock manylinux_2_28
+image, toolkit via dnf, torch from PyTorch's index) it is a starting point for a project's own CI; the
+cibuildwheel backend (`attnforge.build.cibuildwheel_backend`) passes `prepared=True` plus the attnforge
+knobs, pip mirrors and `docker create` flags, and points it at the source tree attnforge patched.
+What cibuildwheel's Linux container mode needs (read from pypa/cibuildwheel 4.x, oci_container.py,
+platforms/linux.py and docs/options.md):
 
 - a Docker (API >= 1.41, i.e. 20.10+) or Podman (>= 3) engine; it runs `docker create --platform=... --pull=...`
   and pulls only when the image is not already local for the right platform (`--pull=never` then), so a
-  locally built or imported image works offline;
-- an image laid out like manylinux: Pythons in `/opt/python/cpXY-cpXY`, `auditwheel` on PATH and
-  `AUDITWHEEL_PLAT` set; the default images (quay.io/pypa/manylinux_2_28_x86_64) are unreachable here;
-- `container-engine = "docker; create_args: ..."` passes extra `docker create` flags (e.g. `--gpus all`,
-  a CA bundle mount); the host root is mounted at /host unless `disable_host_mount: true`;
-- `before-all` runs once per container (toolkit install), `before-build` once per Python (torch: the
-  build imports it, so the frontend must not isolate the build: `build; args: --no-isolation`).
+  locally built image works offline;
+- an image laid out like manylinux: Pythons in `/opt/python/cpXY-cpXY`, a helper Python at
+  `/opt/python/cp39-cp39/bin/python`, `auditwheel` on PATH and `AUDITWHEEL_PLAT` set
+  (docker/manylinux-cuda.Dockerfile builds one locally; quay.io/pypa/manylinux_2_28_x86_64 is unreachable here);
+- `container-engine = {name, create-args, disable-host-mount}` passes extra `docker create` flags (mounts,
+  `--network`, `--memory`); the host root is mounted at /host unless `disable-host-mount` is true;
+- `before-all` runs once per container (toolkit), `before-build` once per Python (torch: the build imports
+  it, so the frontend must not isolate the build: `pip; args: --no-build-isolation --use-pep517`, the same
+  `pip wheel` line as attnforge's own builder).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..cell import Cell
 from ..errors import ConfigurationError
+from ..wheels.finalize import TORCH_PROVIDED_LIBS
 
 MANYLINUX = "manylinux_2_28"
-TORCH_LIBS = [
-    "libtorch.so",
-    "libc10.so",
-    "libc10_cuda.so",
-    "libtorch_cpu.so",
-    "libtorch_cuda.so",
-    "libtorch_python.so",
-]
-CUDA_LIBS = ["libcudart.so.*", "libcuda.so.*", "libcublas.so.*", "libcublasLt.so.*", "libnvrtc.so.*"]
-ROCM_LIBS = ["libamdhip64.so.*", "libhsa-runtime64.so.*", "libc10_hip.so", "libtorch_hip.so"]
+# auditwheel --exclude patterns: torch's and the CUDA/ROCm runtime's libraries come with the torch wheel
+# at run time (`wheels finalize` excludes the same list); each cell gets torch's plus its toolkit's.
+CUDA_LIB_PREFIXES = ("libcu", "libnv", "libnccl")
+ROCM_LIB_PREFIXES = ("libamdhip", "libhip", "libroc", "libMIOpen", "librccl", "libaotriton", "libhsa")
+
+
+def repair_excludes(kind: str) -> list[str]:
+    """TORCH_PROVIDED_LIBS without the other toolkit's names (`kind`: cuda or rocm)."""
+    other = ROCM_LIB_PREFIXES if kind == "cuda" else CUDA_LIB_PREFIXES
+    extra = ["libhsa-runtime64.so*"] if kind == "rocm" else []
+    return [p for p in TORCH_PROVIDED_LIBS if not p.startswith(other)] + extra
+
+
 CUDA_PIP_PACKAGES = [
     "nvidia-cuda-nvcc",
     "nvidia-cuda-runtime",
@@ -42,7 +54,11 @@ CUDA_PIP_PACKAGES = [
     "nvidia-cuda-crt",
     "nvidia-nvvm",
 ]
-BUILD_DEPS = "setuptools wheel ninja packaging psutil einops"
+# What attnforge's builder installs beside torch (incontainer.DEFAULT_REQUIREMENTS): setup.py imports
+# packaging and wheel; psutil is only needed when MAX_JOBS is unset, and MAX_JOBS is always set here.
+BUILD_REQUIREMENTS = ("setuptools>=77", "wheel", "packaging", "ninja")
+FRONTEND = "pip; args: --no-build-isolation --use-pep517"
+IMPORT_MARKER = "attnforge-import-check"
 
 
 def arch_numbers(arches: tuple[str, ...]) -> str:
@@ -91,41 +107,28 @@ def _toolkit_install(cell: Cell, toolkit_source: str) -> str:
     raise ConfigurationError(f"toolkit_source {toolkit_source!r}: expected image, dnf or pypi")
 
 
-def cibuildwheel_config(
-    cell: Cell,
-    *,
-    image: str | None = None,
-    toolkit_source: str | None = None,
-    max_jobs: int | None = None,
-    nvcc_threads: int | None = None,
-    create_args: tuple[str, ...] = (),
-    index_url: str | None = None,
-) -> dict[str, Any]:
-    """The `[tool.cibuildwheel]` table that builds exactly this cell's wheel.
+def _check_env_value(key: str, value: str) -> None:
+    """cibuildwheel wraps each table value in double quotes and evaluates it like bash."""
+    if key != "PATH" and re.search(r'["$`\\]', value):
+        raise ConfigurationError(f"environment {key}={value!r}: quotes, $, ` and \\ are not passed through")
 
-    `image`: a manylinux-style image that carries the toolkit (then `toolkit_source` defaults to 'image');
-    without one, the pinned manylinux_2_28 image and a `dnf` toolkit install. `max_jobs`/`nvcc_threads`
-    come from the engine's `choose_parallelism` (nothing is guessed here). `index_url` replaces PyPI
-    and PyTorch's index for torch (air-gapped mirrors).
-    """
-    if cell.platform != "x86_64":
-        raise ConfigurationError(f"{cell.id}: only x86_64 cells are mapped to cibuildwheel so far")
+
+def _environment(
+    cell: Cell, max_jobs: int | None, nvcc_threads: int | None, prepared: bool, env: Mapping[str, str]
+) -> dict[str, str]:
     tk = cell.toolkit
-    source = toolkit_source or ("image" if image else "dnf")
-    if tk.kind == "rocm" and not image:
-        raise ConfigurationError(f"{cell.id}: ROCm cells need an image that carries ROCm {tk.version}")
-    env: dict[str, str] = {
+    out: dict[str, str] = {
         "FLASH_ATTENTION_FORCE_BUILD": "TRUE",
         "FLASH_ATTENTION_FORCE_CXX11_ABI": "TRUE" if cell.cxx11_abi else "FALSE",
         "FLASH_ATTN_LOCAL_VERSION": cell.local_version,
     }
     if max_jobs:
-        env["MAX_JOBS"] = str(max_jobs)
+        out["MAX_JOBS"] = str(max_jobs)
     if nvcc_threads:
-        env["NVCC_THREADS"] = str(nvcc_threads)
+        out["NVCC_THREADS"] = str(nvcc_threads)
     if tk.kind == "cuda":
         home = f"/usr/local/cuda-{tk.version}"
-        env.update(
+        out.update(
             {
                 "BUILD_TARGET": "cuda",
                 "CUDA_HOME": home,
@@ -134,57 +137,117 @@ def cibuildwheel_config(
             }
         )
         flags = cell.compile_flags()
-        if flags:
-            env["NVCC_APPEND_FLAGS"] = " ".join(flags)
+        if flags and not prepared:  # a prepared tree's setup hook gives them to nvcc *and* g++
+            out["NVCC_APPEND_FLAGS"] = " ".join(flags)
     else:
-        env.update({"BUILD_TARGET": "rocm", "GPU_ARCHS": ";".join(cell.arches), "ROCM_HOME": "/opt/rocm"})
+        out.update({"BUILD_TARGET": "rocm", "GPU_ARCHS": ";".join(cell.arches), "ROCM_HOME": "/opt/rocm"})
         if cell.profile_spec.rocm_backend == "triton":
-            env["FLASH_ATTENTION_TRITON_AMD_ENABLE"] = "TRUE"
+            out["FLASH_ATTENTION_TRITON_AMD_ENABLE"] = "TRUE"
+    out.update(env)
+    for key, value in out.items():
+        _check_env_value(key, value)
+    return out
+
+
+def repair_command(excludes: Sequence[str], plat: str | None) -> str:
+    """`auditwheel repair` excluding torch-provided libraries; without `plat`, the image's AUDITWHEEL_PLAT."""
+    parts = ["auditwheel", "repair"]
+    for lib in excludes:
+        parts += ["--exclude", shlex.quote(lib)]
+    if plat:
+        parts += ["--plat", plat]
+    return " ".join([*parts, "-w", "{dest_dir}", "{wheel}"])
+
+
+def cibuildwheel_config(
+    cell: Cell,
+    *,
+    image: str | None = None,
+    toolkit_source: str | None = None,
+    max_jobs: int | None = None,
+    nvcc_threads: int | None = None,
+    create_args: Sequence[str] = (),
+    index_url: str | None = None,
+    pip_env: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    prepared: bool = False,
+    disable_host_mount: bool = False,
+) -> dict[str, Any]:
+    """The `[tool.cibuildwheel]` table that builds exactly this cell's wheel.
+
+    `image`: a manylinux-style image that carries the toolkit (then `toolkit_source` defaults to 'image');
+    without one, the pinned manylinux_2_28 image and a `dnf` toolkit install. `max_jobs`/`nvcc_threads`
+    come from the engine's `choose_parallelism` (nothing is guessed here). `index_url` replaces PyPI
+    and PyTorch's index for torch; `pip_env` (PIP_INDEX_URL, PIP_FIND_LINKS, PIP_CONSTRAINT, ...) instead
+    configures every pip in the container (before-build and the test venv: air-gapped mirrors).
+    `prepared`: the source is attnforge's patched tree, whose setup hook reads the profile from `env`
+    (incontainer's ATTNFORGE_* knobs), so no NVCC_APPEND_FLAGS. `env` is applied last.
+    """
+    if cell.platform != "x86_64":
+        raise ConfigurationError(f"{cell.id}: only x86_64 cells are mapped to cibuildwheel so far")
+    tk = cell.toolkit
+    source = toolkit_source or ("image" if image else "dnf")
+    if tk.kind == "rocm" and not image:
+        raise ConfigurationError(f"{cell.id}: ROCm cells need an image that carries ROCm {tk.version}")
+    # the stock image targets manylinux_2_28; another image gets the best tag its glibc symbols allow
+    # (auditwheel's `auto`, what `wheels finalize` picks too), not its AUDITWHEEL_PLAT plus that tag
+    plat = "auto" if image else f"{MANYLINUX}_x86_64"
     torch_pin = f"torch=={cell.torch}"
+    environment = _environment(cell, max_jobs, nvcc_threads, prepared, {**(pip_env or {}), **(env or {})})
+    build_reqs = " ".join(shlex.quote(r) for r in BUILD_REQUIREMENTS)
     index = index_url or torch_index(cell)
-    excludes = TORCH_LIBS + (CUDA_LIBS if tk.kind == "cuda" else ROCM_LIBS)
-    repair = (
-        "auditwheel repair "
-        + " ".join(f"--exclude {lib}" for lib in excludes)
-        + f" --plat {MANYLINUX}_x86_64 -w {{dest_dir}} {{wheel}}"
-    )
+    if pip_env is not None:  # every pip in the container is configured by PIP_* (mirrors)
+        before_build = f"pip install {shlex.quote(torch_pin)} {build_reqs}"
+    else:
+        before_build = f"pip install --index-url {index} {shlex.quote(torch_pin)} && pip install {build_reqs}"
     config: dict[str, Any] = {
         "build": f"{cell.cp}-manylinux_x86_64",
         "archs": ["x86_64"],
-        "build-frontend": "build; args: --no-isolation",
+        "build-frontend": FRONTEND,
         "manylinux-x86_64-image": image or MANYLINUX,
         "before-all": _toolkit_install(cell, source) if tk.kind == "cuda" else "hipcc --version",
-        "before-build": f"pip install --index-url {index} '{torch_pin}' && pip install {BUILD_DEPS}",
-        "environment": env,
-        "repair-wheel-command": repair,
+        "before-build": before_build,
+        "environment": environment,
+        "repair-wheel-command": repair_command(repair_excludes(tk.kind), plat),
         "test-requires": [torch_pin],
-        "test-environment": {"PIP_INDEX_URL": index, "PIP_EXTRA_INDEX_URL": "https://pypi.org/simple"},
         "test-command": (
             'python -c "import torch, flash_attn, flash_attn_2_cuda; '
-            'print(flash_attn.__version__, torch.__version__)"'
+            f"print('{IMPORT_MARKER}', flash_attn.__version__, torch.__version__)\""
         ),
         "build-verbosity": 1,
     }
-    if create_args:
-        config["container-engine"] = {"name": "docker", "create-args": list(create_args)}
+    if pip_env is None:
+        config["test-environment"] = {
+            "PIP_INDEX_URL": index,
+            "PIP_EXTRA_INDEX_URL": "https://pypi.org/simple",
+        }
+    if create_args or disable_host_mount:
+        engine: dict[str, Any] = {"name": "docker", "create-args": list(create_args)}
+        if disable_host_mount:
+            engine["disable-host-mount"] = True
+        config["container-engine"] = engine
     return config
 
 
-def caveats(cell: Cell) -> list[str]:
-    """What this config alone cannot do for the cell (the integration has to prepare the source tree)."""
+def caveats(cell: Cell, *, prepared: bool = False) -> list[str]:
+    """What this config alone cannot do for the cell (`prepared`: attnforge made the source tree)."""
     notes: list[str] = []
-    if cell.patches:
+    if prepared:
+        notes.append(
+            f"source tree prepared by attnforge (patches {', '.join(cell.patches) or 'none'} + profile hooks)"
+        )
+    elif cell.patches:
         notes.append(
             f"needs attnforge's source patches ({', '.join(cell.patches)}): point cibuildwheel at the tree "
             "attnforge prepared, not the raw sdist"
         )
     spec = cell.profile_spec
-    if spec.head_dims is not None or spec.dtypes is not None:
+    if not prepared and (spec.head_dims is not None or spec.dtypes is not None):
         notes.append(
             "head-dim/dtype subsets are attnforge's dispatch-subset patch and unit list, not an env var: "
             "use the prepared tree"
         )
-    if spec.disable:
+    if spec.disable and not prepared:
         notes.append(
             "FLASHATTENTION_DISABLE_* reach nvcc through NVCC_APPEND_FLAGS only; flash_api.cpp (g++) needs "
             "them too (attnforge's setup hook adds them)"
@@ -214,14 +277,14 @@ def _toml_key(key: str) -> str:
     return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
 
 
-def to_toml(config: dict[str, Any], cell: Cell | None = None) -> str:
+def to_toml(config: dict[str, Any], cell: Cell | None = None, *, prepared: bool = False) -> str:
     """The config as a `--config-file` (a `[tool.cibuildwheel]` table), keys in a stable order."""
     head = [f"# cibuildwheel config for {cell.id}" if cell else "# cibuildwheel config (attnforge)"]
     head.append(
         "# generated by attnforge.ci.cibuildwheel_config; run: cibuildwheel --platform linux --config-file THIS SRC"
     )
     if cell:
-        head.extend(f"# caveat: {note}" for note in caveats(cell))
+        head.extend(f"# caveat: {note}" for note in caveats(cell, prepared=prepared))
     lines = [*head, "[tool.cibuildwheel]"]
     lines.extend(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in config.items())
     return "\n".join(lines) + "\n"

@@ -55,7 +55,6 @@ def _pip_options(project: Any, host_pip: bool) -> Any:
     return pip_options(spec)
 
 
-_FULL_HEAD_DIMS = {32, 64, 96, 128, 192, 256}
 LOCAL_RUNTIME_BASE = "local/debian:bookworm"
 
 
@@ -76,25 +75,15 @@ def runtime_base_for(project: Any, explicit: str | None, toolkit: str) -> str:
 
 def cell_inputs(cell: Any) -> dict[str, Any]:
     """A target cell in the manifest's shape (what an NGC image needs to know about it)."""
-    head_dims = cell.profile_spec.head_dims
+    from ..build.manifest import manifest_inputs
+
     return {
         "cell_id": cell.id,
         "kernel": cell.kernel,
         "kernel_version": cell.kernel_version,
         "variant": cell.variant,
         "local_version": cell.local_version,
-        "inputs": {
-            "toolkit": str(cell.toolkit),
-            "torch": cell.torch,
-            "torch_variant": cell.torch_variant,
-            "python": cell.python,
-            "cxx11_abi": cell.cxx11_abi,
-            "arches": list(cell.arches),
-            "profile": cell.profile,
-            "profile_flags": cell.compile_flags(),
-            "head_dims": head_dims if head_dims and set(head_dims) != _FULL_HEAD_DIMS else None,
-            "dtypes": cell.profile_spec.dtypes,
-        },
+        "inputs": manifest_inputs(cell, for_image=True),
     }
 
 

@@ -64,6 +64,12 @@ def command() -> None:
 )
 @click.option("--smoke-index", metavar="URL", help="As --smoke-wheel, with flash-attn from this index.")
 @click.option(
+    "--cxx-probe/--no-cxx-probe",
+    default=True,
+    show_default=True,
+    help="Check that C++ exceptions from code this machine's compiler builds reach Python (about a minute).",
+)
+@click.option(
     "--replay",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     hidden=True,
@@ -82,6 +88,7 @@ def check(
     pythons: tuple[str, ...],
     smoke_wheel: Path | None,
     smoke_index: str | None,
+    cxx_probe: bool,
     replay: Path | None,
 ) -> None:
     """Check driver, GPUs, Docker, disk, cores and memory against the cells of a target; print the labels.
@@ -118,6 +125,7 @@ def check(
         pythons=list(dict.fromkeys(candidates)),
         reserve_memory_gb=reserve,
         matrix_note=note,
+        cxx_probe=cxx_probe and replay is None,
     )
     report = run_checks(host, opts, SmokeRequest(smoke_wheel, smoke_index))
     render(report, Console())

@@ -126,9 +126,36 @@ def _build_one(v: dict[str, Any], art: Path, work: Path, opts: BuildOptions) -> 
     return entry
 
 
-def _aoti_all(entries: list[dict[str, Any]], art: Path, work: Path, opts: BuildOptions) -> None:
+class _LogLines:
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self.line = log
+
+
+def aoti_compiler(opts: BuildOptions, work: Path) -> dict[str, Any]:
+    """Pick the C++ compiler Inductor builds AOTInductor packages with (``CXX``/``CC`` of the workers),
+    with the flash-attn builder's probe: a compiler whose code turns C++ exceptions thrown through torch
+    into crashes also makes ``aoti_load_package`` crash (seen on the H100 machine with its /opt/gcc
+    wrapper). Sets ``CXX``/``CC`` in this process's environment, which the workers inherit."""
+    from ..build.incontainer import BuildFailure, choose_host_compiler
+
+    try:
+        got = choose_host_compiler(opts.python, work, dict(os.environ), _LogLines(opts.log))  # type: ignore[arg-type]
+    except BuildFailure as exc:
+        opts.log(f"flex: warning: {exc.message}; AOTInductor packages will likely crash")
+        return {"cxx": None, "error": exc.message}
+    if got.get("switched"):
+        os.environ["CXX"] = got["cxx"]
+        if got.get("cc"):
+            os.environ["CC"] = got["cc"]
+    return got
+
+
+def _aoti_all(entries: list[dict[str, Any]], art: Path, work: Path, opts: BuildOptions) -> dict[str, Any]:
     """AOTInductor packages, one variant at a time; after a crash on load the rest are skipped (they share
-    the cause; a crash costs a minute) unless ``opts.aoti_retry``."""
+    the cause; a crash costs a minute) unless ``opts.aoti_retry``. Returns the compiler choice."""
+    compiler: dict[str, Any] = {}
+    if opts.aoti and any(e.get("megacache") and not e["spec"].get("dynamic") for e in entries):
+        compiler = aoti_compiler(opts, work)
     crash: dict[str, Any] | None = None
     for e in entries:
         v = e["spec"]
@@ -146,6 +173,7 @@ def _aoti_all(entries: list[dict[str, Any]], art: Path, work: Path, opts: BuildO
             e["aoti"] = _aoti(v, art, work, opts)
             if e["aoti"].get("kind") == "crash":
                 crash = {"name": e["name"], "reason": e["aoti"]["reason"]}
+    return compiler
 
 
 def _aoti(v: dict[str, Any], art: Path, work: Path, opts: BuildOptions) -> dict[str, Any]:
@@ -197,7 +225,7 @@ def build_variants(variants: list[dict[str, Any]], opts: BuildOptions) -> dict[s
         work = Path(tmp)
         with ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
             entries = list(pool.map(lambda v: _build_one(v, art, work, opts), variants))
-        _aoti_all(entries, art, work, opts)
+        compiler = _aoti_all(entries, art, work, opts)
     envs = [e.pop("env") for e in entries if e.get("env")]
     crashed = [e for e in entries if (e.get("aoti") or {}).get("kind") == "crash"]
     probe = None
@@ -218,6 +246,7 @@ def build_variants(variants: list[dict[str, Any]], opts: BuildOptions) -> dict[s
         "env": envs[0] if envs else {},
         "build_s": round(time.perf_counter() - t0, 1),
         "aoti_probe": probe,
+        "aoti_compiler": compiler or None,
         "variants": entries,
     }
     (art / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")

@@ -57,6 +57,15 @@ class Result:
             "ok": self.ok,
         }
 
+    def report_json(self) -> dict[str, Any]:
+        """``case_json`` plus, where there is one, the reason and (failures, real clients) the details."""
+        out = self.case_json()
+        if self.reason:
+            out["reason"] = self.reason
+        if self.details and (not self.ok or self.suite == "hf"):
+            out["details"] = self.details
+        return out
+
 
 def _num(x: float | None) -> float | str | None:
     if x is None:
@@ -99,7 +108,7 @@ class Report:
             "passed": self.count(PASSED),
             "failed": self.count(FAILED),
             "skipped": self.count(SKIPPED),
-            "cases": [r.case_json() for r in self.results if r.status != SKIPPED],
+            "cases": [r.report_json() for r in self.results if r.status != SKIPPED],
         }
 
     def write(self, out_dir: Path, stem: str = "parity") -> dict[str, Path]:

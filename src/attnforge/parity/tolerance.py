@@ -52,6 +52,16 @@ def max_abs_err(x: torch.Tensor, ref: torch.Tensor) -> float:
     return float((xf - rf).abs().max().item())
 
 
+def rel_l2_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """||x - ref|| / ||ref|| (Frobenius, fp32); NaN or inf anywhere in x gives inf (never passes).
+
+    For a whole model's gradients (the real-client test), where one element's max error says little."""
+    xf, rf = x.detach().float(), ref.detach().float()
+    if not bool(torch.isfinite(xf).all()):
+        return math.inf
+    return float((xf - rf).norm().item() / max(float(rf.norm().item()), MIN_EPS))
+
+
 def rounding_eps(ref: torch.Tensor, dtype: torch.dtype) -> float:
     """The reference's own rounding error in ``dtype`` (upstream hopper tests' atol, doubled)."""
     r = ref.detach().to(dtype)

@@ -203,6 +203,7 @@ class RocmBuildPlan:
         """Fields the wheel's manifest carries: a Triton wheel never claims compiled (CK) kernels."""
         return {
             "rocm_backend": self.backend,
+            "ck_kernels": self.backend == "ck",
             "compiled_arches": list(self.compiled_arches),
             "target_arches": list(self.target_arches),
             "pure_python": self.pure_python,
@@ -245,17 +246,16 @@ def plan_rocm_build(
         env = triton_env(local_version=cell.local_version, cxx11_abi=cell.cxx11_abi)
         return RocmBuildPlan(
             cell.id, backend, env, (), cell.arches, 1, par.reason, index, requirement,
-            "py3-none-any", ("flash_attn",), dict(TRITON_IMPORT_ENV),
+            cell.wheel_tag, ("flash_attn",), dict(TRITON_IMPORT_ENV),
         )  # fmt: skip
     archs = gpu_archs_value(cell.arches, ck_allowed_gfx(cell, data))
     par = parallelism or rocm_parallelism(cell, machine=machine)
     env = ck_env(
         gpu_archs=archs, max_jobs=par.max_jobs, local_version=cell.local_version, cxx11_abi=cell.cxx11_abi
     )
-    tag = f"{cell.cp}-{cell.cp}-linux_{cell.platform}"
     return RocmBuildPlan(
         cell.id, backend, env, cell.arches, cell.arches, par.max_jobs, par.reason, index, requirement,
-        tag, ("flash_attn_2_cuda", "flash_attn"),
+        cell.wheel_tag, ("flash_attn_2_cuda", "flash_attn"),
     )  # fmt: skip
 
 

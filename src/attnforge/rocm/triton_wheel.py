@@ -18,8 +18,10 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.parser import Parser
 from pathlib import Path
@@ -31,21 +33,24 @@ from ..build.incontainer_api import SOURCE_DATE_EPOCH
 from ..build.sources import sha256_of
 from ..cell import Cell
 from ..errors import BuildError, ConfigurationError, EnvironmentProblem
-from .backends import ENV_TO_CLEAR, backend_of, triton_env
+from ..wheels.finalize import NATIVE_SUFFIXES
+from .backends import ENV_TO_CLEAR, TRITON_IMPORT_ENV, backend_of, triton_env
 
-# Members a Triton-backend wheel must have, and suffixes of compiled code it must not have.
+# Members a Triton-backend wheel must have (compiled suffixes it must not have: finalize.NATIVE_SUFFIXES).
 REQUIRED_MEMBERS: tuple[str, ...] = (
     "flash_attn/__init__.py",
     "flash_attn/flash_attn_interface.py",
     "flash_attn/flash_attn_triton_amd/__init__.py",
     "flash_attn/flash_attn_triton_amd/interface_fa.py",
 )
-NATIVE_SUFFIXES: tuple[str, ...] = (".so", ".pyd", ".dylib", ".dll", ".hsaco", ".co", ".o", ".a", ".fatbin")
 _FACTS = (
-    "import json, setuptools, wheel, torch\n"
+    "import json, platform, setuptools, wheel, torch\n"
     "print(json.dumps({'torch': torch.__version__, 'hip': getattr(torch.version, 'hip', None),"
-    " 'cuda': torch.version.cuda, 'setuptools': setuptools.__version__, 'wheel': wheel.__version__}))\n"
+    " 'cuda': torch.version.cuda, 'setuptools': setuptools.__version__, 'wheel': wheel.__version__,"
+    " 'python': platform.python_version()}))\n"
 )
+LineSink = Callable[[str], None]
+ProcessSink = Callable[[subprocess.Popen[str]], None]
 
 
 @dataclass(frozen=True)
@@ -117,13 +122,15 @@ class TritonWheelResult:
     log_tail: str = ""
 
     def manifest_fields(self, target_arches: tuple[str, ...] = ()) -> dict[str, object]:
-        """The manifest's ROCm fields: Triton backend, nothing compiled, the build's stand-in torch."""
+        """The manifest's ROCm fields: Triton backend, no CK kernels, nothing compiled, the stand-in torch."""
         return {
             "rocm_backend": "triton",
+            "ck_kernels": False,
             "compiled_arches": [],
             "target_arches": list(target_arches),
             "pure_python": True,
             "build_torch": self.build_torch.get("torch"),
+            "import_env": dict(TRITON_IMPORT_ENV),
         }
 
 
@@ -229,6 +236,36 @@ def verify_triton_wheel(path: Path, inputs: TritonWheelInputs) -> WheelCheck:
     )
 
 
+def run_streaming(
+    cmd: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    timeout: float,
+    on_line: LineSink | None = None,
+    on_process: ProcessSink | None = None,
+) -> tuple[int | None, str]:
+    """Run `cmd`, passing each output line to `on_line`; (exit code, None past `timeout`; the output)."""
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    )
+    if on_process:
+        on_process(proc)
+    timer = threading.Timer(timeout, proc.kill)
+    timer.start()
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if on_line:
+                on_line(line)
+        code = proc.wait()
+    finally:
+        expired = not timer.is_alive()
+        timer.cancel()
+    return (None if expired and code < 0 else code), "".join(lines)
+
+
 def build_triton_wheel(
     sdist: Path,
     inputs: TritonWheelInputs,
@@ -238,11 +275,14 @@ def build_triton_wheel(
     work_dir: Path | None = None,
     source_date_epoch: int = SOURCE_DATE_EPOCH,
     timeout: float = 600,
+    on_line: LineSink | None = None,
+    on_process: ProcessSink | None = None,
 ) -> TritonWheelResult:
     """Run flash-attn's own setup.py (pip wheel, no build isolation) with the Triton knobs; verify; name it.
 
     `python` must have torch, setuptools and wheel (a CPU torch is enough). The wheel lands in `out_dir`
-    as `inputs.wheel_name`; the same inputs give the same bytes (SOURCE_DATE_EPOCH).
+    as `inputs.wheel_name`; the same inputs give the same bytes (SOURCE_DATE_EPOCH). `on_line` gets pip's
+    output as it comes, `on_process` the pip process (to stop it).
     """
     start = time.monotonic()
     python = python or sys.executable
@@ -267,17 +307,13 @@ def build_triton_wheel(
             python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--use-pep517",
             "--no-cache-dir", "--no-index", "-v", "-w", str(dist), str(tree),
         ]  # fmt: skip
-        try:
-            proc = subprocess.run(
-                cmd, cwd=tree, env=env, capture_output=True, text=True, check=False, timeout=timeout
-            )
-        except subprocess.TimeoutExpired:
-            raise BuildError(f"the Triton wheel build ran past {timeout:.0f} s") from None
-        log = proc.stdout + proc.stderr
+        code, log = run_streaming(cmd, tree, env, timeout, on_line, on_process)
         (work / "build.log").write_text(log, encoding="utf-8")
         tail = "\n".join(log.strip().splitlines()[-15:])
-        if proc.returncode != 0:
-            raise BuildError(f"flash-attn setup.py failed (pip exit {proc.returncode}):\n{tail}")
+        if code is None:
+            raise BuildError(f"the Triton wheel build ran past {timeout:.0f} s:\n{tail}")
+        if code != 0:
+            raise BuildError(f"flash-attn setup.py failed (pip exit {code}):\n{tail}")
         wheels = sorted(dist.glob("*.whl"))
         if len(wheels) != 1:
             raise BuildError(f"expected one wheel, found {[w.name for w in wheels]}:\n{tail}")

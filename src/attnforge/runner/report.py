@@ -118,6 +118,10 @@ def run_checks(host: Host, opts: CheckOptions, smoke: SmokeRequest | None = None
     probe = probe_torch(host, opts.pythons)
     checks.append(check_torch(probe, testable, found))
     checks.append(check_nox(host))
+    if opts.cxx_probe:
+        from .compiler import check_compiler
+
+        checks.append(check_compiler(str(probe["executable"]) if probe.get("torch") else None))
     labels = labels_for(host, found, majors)
     checks.append(Check("labels", "pass", ", ".join(labels)))
     result = SmokeResult()

@@ -46,7 +46,8 @@ try:
     record = json.loads(metadata.distribution("flash_attn").read_text("attnforge_build.json") or "{}")
 except Exception:
     pass
-inputs = record.get("inputs") or {}
+# a wheel that was never finalized has no record: the manifest beside it (passed as argv[1]) says the same
+inputs = record.get("inputs") or (json.loads(sys.argv[1]) if len(sys.argv) > 1 else {})
 head_dims = inputs.get("head_dims") or [128]
 hdim = 128 if 128 in head_dims else int(head_dims[0])
 dtypes = inputs.get("dtypes") or ["bf16"]
@@ -135,6 +136,18 @@ def summarize(data: dict[str, Any], source: str) -> SmokeResult:
     return res
 
 
+def profile_hint(wheel: Path | None) -> dict[str, Any]:
+    """Head dims and dtypes from the manifest beside ``wheel`` (``<wheel>.manifest.json``), when there is one."""
+    if wheel is None:
+        return {}
+    try:
+        data = json.loads(Path(str(wheel) + ".manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    inputs = data.get("inputs") or {}
+    return {k: inputs[k] for k in ("head_dims", "dtypes") if inputs.get(k)}
+
+
 def run_smoke(
     host: Host,
     python: str,
@@ -168,7 +181,8 @@ def run_smoke(
             return SmokeResult(
                 ran=False, failed=1, source=source, detail=f"pip install: {installed.reason()}"
             )
-        res = host.run([vpy, "-c", SMOKE_SCRIPT], timeout=timeout)
+        hint = profile_hint(wheel)
+        res = host.run([vpy, "-c", SMOKE_SCRIPT, *([json.dumps(hint)] if hint else [])], timeout=timeout)
         data = parse_smoke_output(res.stdout)
         if data is None:
             return SmokeResult(ran=True, failed=1, source=source, detail=f"smoke script: {res.reason()}")

@@ -3,7 +3,8 @@
 For one wheel and its manifest:
 1. check the Python/ABI tags and the extension modules' suffixes against the cell's Python;
 2. `auditwheel repair` with torch's and the CUDA/ROCm runtime's libraries excluded (they come from the
-   torch wheel), taking `manylinux_2_X` when true, else keeping `linux_<arch>` with the reason;
+   torch wheel), taking `manylinux_2_X` when true, else keeping `linux_<arch>` with the reason; a pure
+   wheel (ROCm Triton profile) must be `py3-none-any` with no compiled file, and skips auditwheel;
 3. rewrite: local version naming the variant (`+cu130torch2.14cxx11abiTRUE[.tag]`, added or repaired),
    `Requires-Dist: torch==X.Y.*`, the build record `<dist-info>/attnforge_build.json`, RECORD regenerated,
    members sorted with SOURCE_DATE_EPOCH timestamps (same input, same bytes);
@@ -81,7 +82,11 @@ _RECORD_KEYS = (
     "kernel_set_key",
     "input_hash",
     "toolchain",
+    "rocm",
 )
+# Suffixes of compiled code a pure (py3-none-any) wheel must not carry.
+NATIVE_SUFFIXES: tuple[str, ...] = (".so", ".pyd", ".dylib", ".dll", ".hsaco", ".co", ".o", ".a", ".fatbin")
+PURE_REASON = "pure Python (py3-none-any): no compiled code, auditwheel not needed"
 
 _EXT_SUFFIX_RE = re.compile(r"\.(cpython-(?P<py>\d+)[^.]*|abi3)\.so$")
 
@@ -174,6 +179,22 @@ def _check_python_tags(contents: WheelContents, names: WheelNames, tags: frozens
         m = _EXT_SUFFIX_RE.search(member)
         if m and m["py"] and m["py"] != digits:
             raise BuildError(f"{contents.filename}: {member} is compiled for CPython {m['py']}, not {digits}")
+
+
+def _check_pure(contents: WheelContents, names: WheelNames, tags: frozenset[Any]) -> None:
+    """A pure cell's wheel: exactly `py3-none-any`, Root-Is-Purelib, no compiled member."""
+    tag = ".".join(sorted(str(t) for t in tags))
+    if tag != names.wheel_tag:
+        raise BuildError(
+            f"{contents.filename}: tag {tag}, but a {names.local_version} wheel (ROCm Triton) must be "
+            f"{names.wheel_tag}: the build compiled an extension (FLASH_ATTENTION_TRITON_AMD_ENABLE unset?)"
+        )
+    wheel_meta = contents.message(f"{contents.dist_info}/WHEEL")
+    if str(wheel_meta.get("Root-Is-Purelib", "")).strip().lower() != "true":
+        raise BuildError(f"{contents.filename}: Root-Is-Purelib is not true in a pure wheel")
+    native = [m for m in contents.members if m.lower().endswith(NATIVE_SUFFIXES)]
+    if native:
+        raise BuildError(f"{contents.filename}: compiled files in a pure wheel: {', '.join(native[:5])}")
 
 
 def _rewrite_metadata(msg: Message, names: WheelNames, changes: list[str]) -> bytes:
@@ -284,18 +305,24 @@ def finalize(
         log(f"warning: {src.name}: local version +{local} is wrong for this cell; repaired")
 
     contents_in = read_wheel(src)
-    _check_python_tags(contents_in, names, tags)
     plats_in = sorted({t.platform for t in tags})
-    if not all(p.endswith("_" + names.platform) for p in plats_in):
-        raise BuildError(f"{src.name}: platform {'.'.join(plats_in)} is not {names.platform}")
+    if names.pure_python:
+        _check_pure(contents_in, names, tags)
+    else:
+        _check_python_tags(contents_in, names, tags)
+        if not all(p.endswith("_" + names.platform) for p in plats_in):
+            raise BuildError(f"{src.name}: platform {'.'.join(plats_in)} is not {names.platform}")
     py = next(iter(tags)).interpreter
     abi = next(iter(tags)).abi
 
     out = (out_dir or src.parent).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".audit-", dir=out) as tmp:
-        result = audit(src, Path(tmp), names.platform, extra_excludes)
-        contents = read_wheel(result.repaired) if result.repaired else contents_in
+    if names.pure_python:
+        result, contents = AuditResult(["any"], PURE_REASON, None), contents_in
+    else:
+        with tempfile.TemporaryDirectory(prefix=".audit-", dir=out) as tmp:
+            result = audit(src, Path(tmp), names.platform, extra_excludes)
+            contents = read_wheel(result.repaired) if result.repaired else contents_in
     if plats_in != result.platform_tags:
         changes.append(f"platform tag: {'.'.join(plats_in)} -> {'.'.join(result.platform_tags)}")
     log(f"{src.name}: {result.reason}")
@@ -347,7 +374,12 @@ def finalize(
                 "torch_requirement": names.torch_requirement,
                 "source_date_epoch": epoch,
                 "excluded_libs": result.excluded,
-                "checks": ["record", "metadata", "auditwheel", "check-wheel-contents"],
+                "checks": [
+                    "record",
+                    "metadata",
+                    "pure-python" if names.pure_python else "auditwheel",
+                    "check-wheel-contents",
+                ],
                 "changes": changes,
             },
         }
@@ -399,6 +431,11 @@ def verify(wheel: Path) -> list[str]:
         problems.append(f"torch requirement {torch_reqs or 'missing'} is not [{names.torch_requirement!r}]")
     if f"{contents.dist_info}/{BUILD_RECORD}" not in contents.members:
         problems.append(f"no {BUILD_RECORD} in {contents.dist_info}")
+    if names.pure_python:
+        try:
+            _check_pure(contents, names, parse_wheel_filename(wheel.name)[3])
+        except (BuildError, InvalidWheelFilename) as exc:
+            problems.append(str(exc))
     digest, size = sha256_file(wheel)
     if (data.get("sha256"), data.get("size"), data.get("wheel")) != (digest, size, wheel.name):
         problems.append("manifest sha256/size/wheel do not match the file")

@@ -106,10 +106,18 @@ def cell_from_manifest(manifest: dict[str, Any], built_local: str | None = None)
         raise BuildError(f"manifest inputs lack {', '.join(missing)}: cannot name the wheel")
     profile = str(inputs.get("profile") or "full")
     tag = _profile_tag(inputs, manifest, built_local)
+    rocm = manifest.get("rocm")
+    backend = inputs.get("rocm_backend") or (rocm.get("rocm_backend") if isinstance(rocm, dict) else None)
+    extra: dict[str, Any] = {"rocm_backend": backend} if backend else {}
     try:
-        spec = ProfileSpec() if tag is None else ProfileSpec(tag=tag, description="(from manifest)")
+        spec = (
+            ProfileSpec(**extra)
+            if tag is None
+            else ProfileSpec(tag=tag, description="(from manifest)", **extra)
+        )
     except ValueError as exc:
-        raise BuildError(f"profile tag {tag!r}: {exc}") from None
+        what = f"profile tag {tag!r}" + (f", rocm_backend {backend!r}" if backend else "")
+        raise BuildError(f"{what}: {exc}") from None
     if tag is not None and profile == "full":
         profile = tag
     return Cell(
@@ -138,6 +146,16 @@ class WheelNames:
     python_tag: str  # cp311
     torch_requirement: str  # torch==2.14.*
     platform: str  # x86_64
+    pure_python: bool = False  # a ROCm Triton wheel: py3-none-any, nothing compiled
+
+    @property
+    def wheel_tag(self) -> str:
+        """The tag the wheel must carry before finalize (`cp311-cp311-linux_x86_64` or `py3-none-any`)."""
+        return (
+            "py3-none-any"
+            if self.pure_python
+            else f"{self.python_tag}-{self.python_tag}-linux_{self.platform}"
+        )
 
 
 def expected_names(manifest: dict[str, Any], built_local: str | None = None) -> WheelNames:
@@ -153,4 +171,5 @@ def expected_names(manifest: dict[str, Any], built_local: str | None = None) -> 
         python_tag=cell.cp,
         torch_requirement=torch_requirement(cell.torch),
         platform=cell.platform,
+        pure_python=cell.pure_python,
     )

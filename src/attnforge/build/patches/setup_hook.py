@@ -56,6 +56,23 @@ def keep_source(src: str, head_dims: set[int], dtypes: set[str], drop_backward: 
     return not (drop_backward and m.group("kind") == "bwd")
 
 
+KIND_WEIGHT = {"bwd": 3.0, "fwd": 1.0, "fwd_split": 1.0}
+
+
+def unit_cost(src: str) -> float:
+    """Rough relative compile cost of a source: backward units and large head dims take longest."""
+    m = KERNEL_RE.search(src.replace("\\", "/"))
+    if m is None:
+        return 2.0  # flash_api.cpp: a few minutes of host compile, start it early
+    return KIND_WEIGHT[m.group("kind")] * int(m.group("hdim")) / 64.0
+
+
+def longest_first(sources: list[str]) -> list[str]:
+    """Sources ordered longest-first (stable): ninja starts them in this order, which shortens the tail
+    of a parallel build where the slowest units would otherwise start last."""
+    return sorted(sources, key=unit_cost, reverse=True)
+
+
 def apply(ext_modules: list[Any]) -> None:
     """Prune sources, add macros and swap in prebuilt objects on flash-attn's CUDA extension."""
     head_dims = {int(x) for x in _csv("ATTNFORGE_HEAD_DIMS")}
@@ -90,6 +107,7 @@ def apply(ext_modules: list[Any]) -> None:
                 reused.append(src)
             else:
                 compile_list.append(src)
+        compile_list = longest_first(compile_list)
         ext.sources = compile_list
         args = ext.extra_compile_args
         args["cxx"] = list(args.get("cxx", [])) + defines + host_only

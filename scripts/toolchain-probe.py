@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Probe whether C++ built on this machine works inside torch's process, per host compiler.
+
+For each compiler (``--cxx``, default: every distinct g++ on PATH and in /opt/gcc/bin, /usr/bin), in a
+fresh child process:
+
+- ``exception``: a tiny torch extension (``load_inline``) that raises through ``TORCH_CHECK`` inside a
+  nested lambda, as attnforge's dispatch header does for a head dim a wheel was built without. Expected:
+  a Python ``RuntimeError``; a crash here is what made excluded head dims SIGSEGV on the H100.
+- ``aoti`` (``--aoti``): ``torch.export`` + ``aoti_compile_and_package`` + ``aoti_load_package`` of a
+  Linear+GELU module (Inductor compiles its wrapper with the same compiler through ``CXX``).
+
+Prints one JSON document: compiler versions, the libstdc++ the process loaded, and each probe's outcome
+(``ok``, or the signal that killed the child). Needs torch and ``PYTHONPATH=src`` (the exception probe is
+the builder's ``attnforge.build.incontainer.CXX_PROBE``, which the builder itself runs before compiling).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+from attnforge.build.incontainer import CXX_PROBE
+
+# the flash-attn builder's own probe (run with PYTHONPATH=src)
+EXCEPTION_CHILD = CXX_PROBE
+
+AOTI_CHILD = textwrap.dedent(
+    r"""
+    import sys, torch
+    m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU()).cuda()
+    x = torch.randn(8, 64, device="cuda")
+    ep = torch.export.export(m, (x,))
+    path = torch._inductor.aoti_compile_and_package(ep, package_path=sys.argv[1] + "/probe.pt2")
+    print("BUILT", flush=True)
+    fn = torch._inductor.aoti_load_package(path)
+    y = fn(x)
+    y = y[0] if isinstance(y, (list, tuple)) else y
+    print("RAN", float((y - m(x)).abs().max()), flush=True)
+    """
+)
+
+
+def compilers() -> list[str]:
+    """Distinct g++ binaries (by resolved path) on PATH, in /opt/gcc/bin and /usr/bin."""
+    seen: dict[str, str] = {}
+    for cand in [shutil.which("g++"), shutil.which("c++"), "/opt/gcc/bin/g++", "/usr/bin/g++"]:
+        if cand and os.path.exists(cand):
+            seen.setdefault(os.path.realpath(cand), cand)
+    return list(seen.values())
+
+
+def version(cxx: str) -> str:
+    out = subprocess.run([cxx, "--version"], capture_output=True, text=True)
+    return (out.stdout.splitlines() or ["?"])[0]
+
+
+def libstdcxx_of(cxx: str) -> str:
+    out = subprocess.run([cxx, "-print-file-name=libstdc++.so.6"], capture_output=True, text=True)
+    return os.path.realpath(out.stdout.strip())
+
+
+def run_child(code: str, cxx: str, timeout: float) -> dict[str, object]:
+    with tempfile.TemporaryDirectory(prefix="probe-") as tmp:
+        env = dict(os.environ, CXX=cxx, CC=cxx.replace("g++", "gcc"), TORCHINDUCTOR_CACHE_DIR=tmp + "/ind")
+        try:
+            p = subprocess.run(
+                [sys.executable, "-X", "faulthandler", "-c", code, tmp],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            return {"outcome": "timeout"}
+    rc = p.returncode
+    outcome = signal.Signals(-rc).name if rc < 0 else ("ok" if rc == 0 else f"exit {rc}")
+    return {"outcome": outcome, "stdout": p.stdout.strip()[-600:], "stderr_tail": p.stderr.strip()[-1500:]}
+
+
+def loaded_libstdcxx() -> str:
+    code = "import torch, re; print([l.split()[-1] for l in open('/proc/self/maps') if 'libstdc++' in l][:1])"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cxx", action="append", help="compiler to probe (repeatable)")
+    ap.add_argument("--aoti", action="store_true", help="also the AOTInductor round trip (needs CUDA)")
+    ap.add_argument("--out", type=Path, help="write the JSON here too")
+    a = ap.parse_args()
+    report: dict[str, object] = {
+        "python": sys.version.split()[0],
+        "torch_process_libstdcxx": loaded_libstdcxx(),
+    }
+    rows = []
+    for cxx in a.cxx or compilers():
+        row: dict[str, object] = {"cxx": cxx, "version": version(cxx), "libstdcxx": libstdcxx_of(cxx)}
+        row["exception"] = run_child(EXCEPTION_CHILD, cxx, 600)
+        if a.aoti:
+            row["aoti"] = run_child(AOTI_CHILD, cxx, 600)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    report["compilers"] = rows
+    text = json.dumps(report, indent=1)
+    if a.out:
+        a.out.write_text(text + "\n", encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

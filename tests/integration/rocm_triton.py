@@ -1,0 +1,55 @@
+"""Shared by the ROCm Triton tests: the flash-attn 2.8.3 sdist, offline pip sources, the import check.
+
+The sdist: a verified local copy, else PyPI (8.4 MB). Local copies, in order: $ATTNFORGE_FA_SDIST, the repository's .carry/ and .attnforge-cache/sources/,
+/tmp/probe/. The download asks PyPI's simple page for the file (`attnforge.locking.sdist_url`, which reads
+the JSON form, PEP 691, and the HTML one, PEP 503, that some mirrors serve instead).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from attnforge.build.sources import _download, sha256_of
+from attnforge.locking import sdist_url
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "flash_attn-2.8.3.tar.gz"
+TORCH_CPU = Path("/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
+LOCAL_DIRS = [Path("/opt/wheels"), Path("/opt/pypi/files")]
+TRITON = "triton==3.6.0"
+
+# Run with FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE: which backend flash_attn picked, and from where.
+IMPORT = """\
+import importlib.util, json, torch, flash_attn
+import flash_attn.flash_attn_interface as fi
+print(json.dumps({"flash_attn": flash_attn.__version__, "file": flash_attn.__file__,
+                  "backend": fi.flash_attn_gpu.__name__, "torch": torch.__version__,
+                  "hip": torch.version.hip,
+                  "flash_attn_2_cuda": importlib.util.find_spec("flash_attn_2_cuda") is not None}))
+"""
+
+
+def pip_sources() -> list[str]:
+    """Offline from this machine's wheel folders when it has them all, else pip's configured index."""
+    if all(d.is_dir() for d in LOCAL_DIRS):
+        return ["--no-index", *[x for d in LOCAL_DIRS for x in ("--find-links", str(d))]]
+    return []
+
+
+def local_candidates() -> list[Path]:
+    env = os.environ.get("ATTNFORGE_FA_SDIST")
+    found = [Path(env)] if env else []
+    found += [ROOT / ".carry" / NAME, ROOT / ".attnforge-cache" / "sources" / NAME, Path("/tmp/probe") / NAME]
+    return [p for p in found if p.is_file()]
+
+
+def flash_attn_sdist(sha256: str, dest: Path) -> Path:
+    """A copy of the sdist whose sha256 is `sha256`: a local one, else downloaded to `dest`."""
+    for cand in local_candidates():
+        if sha256_of(cand) == sha256:
+            return cand
+    url = sdist_url("flash-attn", "2.8.3")[0]
+    _download(url, dest)
+    assert sha256_of(dest) == sha256, f"{url}: sha256 differs from the pin"
+    return dest

@@ -1,0 +1,176 @@
+"""`attnforge build --cell <the release target's ROCm Triton cell>` for real, then install and import the wheel.
+
+What `nox -s build-wheels -- --cell ID` runs (the noxfile passes its arguments to `attnforge build`; without
+--target a --cell is looked up in every target). The build goes through the engine with the default
+`--backend auto` (docker answers here, and gets no cell): the cell is routed to the triton backend, which
+builds flash-attn 2.8.3's sdist with its own setup.py in a cached venv with torch 2.13.0+cpu as a stand-in
+(nothing is compiled; no ROCm torch is reachable here), then finalize, manifest and the atomic move.
+The wheel is installed with pip into a fresh venv beside torch 2.13.0+cpu and triton 3.6.0, and imported
+with FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE. The Triton kernels themselves need an AMD GPU: never run here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from attnforge.cell import Cell
+from attnforge.compat import load_compat
+from attnforge.matrix_file import parse_matrix
+from attnforge.plan import plan_target
+from tests.integration.rocm_triton import IMPORT, NAME, TORCH_CPU, TRITON, flash_attn_sdist, pip_sources
+
+pytestmark = [pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = Path(sys.executable).parent / "attnforge"
+
+
+@dataclass
+class Build:
+    """One `attnforge build` run in a scratch project (a copy of matrix.yaml)."""
+
+    wheel: Path
+    manifest: dict[str, Any]
+    stderr: str
+    seconds: float
+
+
+def attnforge(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real command line, in `project` (its matrix.yaml: output and cache land beside it)."""
+    cmd = [str(CLI), "--matrix", str(project / "matrix.yaml"), *args]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASH_ATTENTION", "MAX_JOBS"))}
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=project, env=env, check=False, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def cell() -> Cell:
+    plan = plan_target(parse_matrix((ROOT / "matrix.yaml").read_text()), "release", load_compat())
+    (triton,) = [c for c in plan.valid if c.profile == "triton"]
+    return triton
+
+
+@pytest.fixture(scope="module")
+def project(cell: Cell, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """matrix.yaml unchanged (same cell ids) in a scratch folder, the sdist already in its cache."""
+    if not TORCH_CPU.is_file():
+        pytest.skip(f"the CPU torch stand-in {TORCH_CPU} is not on this machine")
+    root = tmp_path_factory.mktemp("triton-project")
+    shutil.copy(ROOT / "matrix.yaml", root / "matrix.yaml")
+    sources = root / ".attnforge-cache" / "sources"
+    sources.mkdir(parents=True)
+    assert cell.source_sha256
+    sdist = flash_attn_sdist(cell.source_sha256, sources / NAME)
+    if sdist != sources / NAME:
+        shutil.copy(sdist, sources / NAME)
+    return root
+
+
+@pytest.fixture(scope="module")
+def built(project: Path, cell: Cell) -> Build:
+    start = time.monotonic()
+    proc = attnforge(project, "build", "--cell", cell.id, "--quiet")
+    seconds = time.monotonic() - start
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    wheels = sorted((project / "wheels").glob("*.whl"))
+    assert [w.name for w in wheels] == [cell.wheel_name]
+    manifest = json.loads((project / "wheels" / f"{cell.wheel_name}.manifest.json").read_text())
+    print(f"\nattnforge build --cell {cell.id}: {seconds:.0f} s", file=sys.stderr)
+    return Build(wheels[0], manifest, proc.stderr, seconds)
+
+
+def test_routed_to_the_triton_backend_and_finalized(project: Path, cell: Cell, built: Build) -> None:
+    assert cell.wheel_name == "flash_attn-2.8.3+rocm6.4torch2.9cxx11abiTRUE.triton-py3-none-any.whl"
+    assert "backend: triton for 1 cell(s)" in built.stderr
+    m = built.manifest
+    assert m["cell_id"] == cell.id and m["wheel"] == built.wheel.name
+    assert m["local_version"] == "rocm6.4torch2.9cxx11abiTRUE.triton" and m["variant"] == "rocm6.4-torch2.9"
+    assert m["build"]["backend"] == "triton" and m["build"]["units_total"] == 0
+    assert m["inputs"]["rocm_backend"] == "triton"
+    assert m["rocm"]["rocm_backend"] == "triton" and m["rocm"]["ck_kernels"] is False
+    assert m["rocm"]["compiled_arches"] == [] and m["rocm"]["target_arches"] == ["gfx90a", "gfx942"]
+    assert m["rocm"]["pure_python"] is True and m["toolchain"]["torch"] == "2.13.0+cpu"
+    assert m["platform_tag"]["tag"] == "any"
+    assert m["finalize"]["torch_requirement"] == "torch==2.9.*"
+    assert "auditwheel" not in m["finalize"]["checks"] and "pure-python" in m["finalize"]["checks"]
+    assert m["size"] == built.wheel.stat().st_size
+    with zipfile.ZipFile(built.wheel) as zf:
+        names = zf.namelist()
+        dist_info = "flash_attn-2.8.3+rocm6.4torch2.9cxx11abiTRUE.triton.dist-info"
+        meta = zf.read(f"{dist_info}/METADATA").decode()
+        wheel_file = zf.read(f"{dist_info}/WHEEL").decode()
+        record = json.loads(zf.read(f"{dist_info}/attnforge_build.json"))
+    assert "Requires-Dist: torch==2.9.*" in meta.splitlines()
+    assert "Tag: py3-none-any" in wheel_file and "Root-Is-Purelib: true" in wheel_file
+    assert not [n for n in names if n.endswith((".so", ".o", ".hsaco"))]
+    assert "flash_attn/flash_attn_triton_amd/interface_fa.py" in names
+    assert record["rocm"]["ck_kernels"] is False and record["platform_tag"] == "any"
+    log = (project / "wheels" / "logs" / f"{cell.id}.log").read_text()
+    assert "(triton)" in log and "Successfully built flash_attn" in log
+    assert not list((project / "wheels").glob(".staging-*"))  # moved in atomically, staging removed
+    verify = attnforge(project, "wheels", "verify", str(built.wheel))
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_unchanged_cell_is_skipped(project: Path, cell: Cell, built: Build) -> None:
+    before = built.wheel.read_bytes()
+    proc = attnforge(project, "build", "--cell", cell.id, "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "skipped" in proc.stderr and "triton backend: creating" not in proc.stderr
+    assert built.wheel.read_bytes() == before
+
+
+def test_installs_beside_cpu_torch_and_imports(built: Build, tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+    py = str(venv / "bin" / "python")
+    pip = [py, "-m", "pip", "install", "--progress-bar", "off", *pip_sources()]
+    start = time.monotonic()
+    deps = subprocess.run([*pip, "-q", "torch==2.13.0+cpu", TRITON, "einops"], capture_output=True, text=True)
+    assert deps.returncode == 0, deps.stderr[-3000:]
+    # the wheel pins torch 2.9 (its cell's); pip refuses it next to torch 2.13 unless told not to resolve
+    refused = subprocess.run(
+        [*pip, "--dry-run", str(built.wheel), "torch==2.13.0+cpu"], capture_output=True, text=True
+    )
+    assert refused.returncode != 0 and "torch==2.9.*" in refused.stdout + refused.stderr
+    inst = subprocess.run([*pip, "-q", "--no-deps", str(built.wheel)], capture_output=True, text=True)
+    assert inst.returncode == 0, inst.stderr[-3000:]
+    installed = time.monotonic() - start
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASH_ATTENTION")}
+    on = {**env, "FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE"}
+    proc = subprocess.run(
+        [py, "-W", "ignore", "-c", IMPORT], capture_output=True, text=True, env=on, cwd=tmp_path, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert info["flash_attn"] == "2.8.3" and info["torch"] == "2.13.0+cpu"
+    assert info["backend"] == "flash_attn.flash_attn_triton_amd.interface_fa"
+    assert info["flash_attn_2_cuda"] is False and str(venv) in info["file"]
+    dist = subprocess.run(
+        [py, "-c", "import importlib.metadata as m; print(m.version('flash-attn'))"],
+        capture_output=True,
+        text=True,
+    )
+    assert dist.stdout.strip() == "2.8.3+rocm6.4torch2.9cxx11abiTRUE.triton"
+    print(f"\ninstall {installed:.0f} s; import: {info}", file=sys.stderr)
+
+
+def test_a_ck_cell_beside_it_fails_alone(project: Path, cell: Cell, built: Build) -> None:
+    """A CK cell in the same run (as in `build -t release` on a CUDA machine) fails with what is missing;
+    the Triton cell is still handled (here: skipped, unchanged) and the run exits 4 (a cell failed)."""
+    plan = plan_target(parse_matrix((ROOT / "matrix.yaml").read_text()), "release", load_compat())
+    ck = next(c for c in plan.valid if c.profile == "ck")
+    proc = attnforge(project, "build", "--cell", cell.id, "--cell", ck.id, "--quiet")
+    assert proc.returncode == 4, proc.stderr[-3000:]
+    assert "ROCm CK cell(s) cannot be built on this machine" in proc.stderr and "hipcc" in proc.stderr
+    assert "1 of 2 cell(s) failed" in proc.stderr and built.wheel.is_file()

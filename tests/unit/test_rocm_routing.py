@@ -1,0 +1,151 @@
+"""ROCm cells in `attnforge build`: names (py3-none-any for Triton), per-cell backends, the CK refusal, --cell lookup."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from attnforge.build.engine import Engine, input_hash
+from attnforge.build.local_backend import LocalBackend
+from attnforge.build.progress import ProgressView
+from attnforge.build.routing import RocmCkBackend, route_of
+from attnforge.build.triton_backend import BUILD_TORCH_ENV, DEFAULT_BUILD_TORCH, TritonBackend
+from attnforge.cell import Cell
+from attnforge.commands.build import cells_to_build
+from attnforge.errors import BuildError, ConfigurationError, EnvironmentProblem
+from attnforge.project import Project
+from attnforge.rocm.backends import plan_rocm_build
+from attnforge.rocm.toolchain import ck_needs
+from attnforge.rocm.triton_wheel import TritonWheelInputs
+
+ROOT = Path(__file__).resolve().parents[2]
+Run = Callable[..., tuple[int, str, str]]
+TRITON_ID = "flash-attn-2.8.3-rocm6.4-torch2.9.1-cp312-abi1-gfx90a-gfx942-triton-x86_64"
+CK_ID = "flash-attn-2.8.3-rocm6.4-torch2.8.0-cp312-abi1-gfx90a-gfx942-ck-x86_64"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    """The repository's matrix.yaml in a scratch folder (output and cache land there, never in the repo)."""
+    shutil.copy(ROOT / "matrix.yaml", tmp_path / "matrix.yaml")
+    return Project(tmp_path / "matrix.yaml")
+
+
+@pytest.fixture
+def cells(project: Project) -> dict[str, Cell]:
+    plan = project.plan("release")
+    by_id = {c.id: c for c in plan.valid}
+    default = project.plan("default").valid[0]
+    return {"triton": by_id[TRITON_ID], "ck": by_id[CK_ID], "cuda": default}
+
+
+@pytest.fixture
+def no_rocm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """This machine as it is (no hipcc), with ROCM_PATH pointing at an empty folder to be sure."""
+    if shutil.which("hipcc"):
+        pytest.skip("hipcc is installed here")
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "no-rocm"))
+
+
+def test_triton_cell_names_a_pure_wheel(cells: dict[str, Cell]) -> None:
+    triton, ck, cuda = cells["triton"], cells["ck"], cells["cuda"]
+    assert triton.pure_python and not ck.pure_python and not cuda.pure_python
+    assert triton.wheel_name == "flash_attn-2.8.3+rocm6.4torch2.9cxx11abiTRUE.triton-py3-none-any.whl"
+    assert triton.wheel_name == TritonWheelInputs.from_cell(triton).wheel_name  # the builder's own name
+    assert ck.wheel_name == "flash_attn-2.8.3+rocm6.4torch2.8cxx11abiTRUE.ck-cp312-cp312-linux_x86_64.whl"
+    assert cuda.wheel_name.endswith("-cp311-cp311-linux_x86_64.whl")
+    assert plan_rocm_build(triton).wheel_tag == triton.wheel_tag == "py3-none-any"
+    assert plan_rocm_build(ck).wheel_tag == ck.wheel_tag == "cp312-cp312-linux_x86_64"
+    assert triton.to_json()["wheel"] == triton.wheel_name
+
+
+def test_each_cell_gets_its_backend(project: Project, cells: dict[str, Cell]) -> None:
+    assert [route_of(cells[k]) for k in ("cuda", "triton", "ck")] == ["default", "triton", "rocm-ck"]
+    local = LocalBackend()
+    engine = Engine(project, local, ProgressView(quiet=True))
+    assert engine.backend_for(cells["cuda"]) is local
+    triton = engine.backend_for(cells["triton"])
+    assert isinstance(triton, TritonBackend) and triton is engine.backend_for(cells["triton"])
+    assert triton.venv.parent == project.path(".attnforge-cache") / "venvs"
+    assert isinstance(engine.backend_for(cells["ck"]), RocmCkBackend)
+    par = engine.parallelism(cells["triton"], 1)
+    assert par.max_jobs == 1 and "no device code" in par.reason
+
+
+def test_triton_identity_follows_the_build_torch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(BUILD_TORCH_ENV, raising=False)
+    default = TritonBackend(tmp_path)
+    assert default.requirements[0] == DEFAULT_BUILD_TORCH and default.pip_args == []
+    assert default.identity() == TritonBackend(tmp_path).identity()
+    monkeypatch.setenv(BUILD_TORCH_ENV, "torch==2.9.1+cpu")
+    other = TritonBackend(tmp_path)
+    assert other.requirements[0] == "torch==2.9.1+cpu" and other.identity() != default.identity()
+
+
+def test_input_hash_depends_on_the_backend(cells: dict[str, Cell], tmp_path: Path) -> None:
+    triton = TritonBackend(tmp_path)
+    assert input_hash(cells["triton"], triton.identity()) != input_hash(
+        cells["triton"], LocalBackend().identity()
+    )
+
+
+@pytest.mark.usefixtures("no_rocm")
+def test_ck_cell_is_refused_with_what_is_missing(project: Project, cells: dict[str, Cell]) -> None:
+    needs = ck_needs(cells["ck"], project.compat)
+    assert needs.hipcc is None and needs.rocm_version is None
+    assert needs.torch_index_url == "https://download.pytorch.org/whl/rocm6.4"
+    with pytest.raises(EnvironmentProblem) as exc:
+        RocmCkBackend(project).prepare([cells["ck"]], ProgressView(quiet=True))
+    text = str(exc.value)
+    assert exc.value.exit_code == 5
+    assert CK_ID in text and "missing hipcc" in text and "ROCm 6.4" in text
+    assert (
+        "torch==2.8.0 from https://download.pytorch.org/whl/rocm6.4" in text and "never compiled CK" in text
+    )
+
+
+def test_ck_with_a_toolchain_is_still_refused(
+    project: Project, cells: dict[str, Cell], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A (stand-in) ROCm 6.4 install: nothing is missing, but attnforge has no CK builder: exit 4."""
+    rocm = tmp_path / "rocm"
+    (rocm / "bin").mkdir(parents=True)
+    (rocm / ".info").mkdir()
+    (rocm / ".info" / "version").write_text("6.4.1-120\n")
+    (rocm / "bin" / "hipcc").write_text("#!/bin/sh\nexit 1\n")
+    monkeypatch.setenv("ROCM_PATH", str(rocm))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert ck_needs(cells["ck"]).missing() == []
+    (rocm / ".info" / "version").write_text("6.40.0\n")  # not 6.4
+    assert ck_needs(cells["ck"]).missing() == ["ROCm 6.4 (this machine has 6.40.0)"]
+    (rocm / ".info" / "version").write_text("6.4.1-120\n")
+    with pytest.raises(BuildError, match="cannot compile ROCm CK cells yet") as exc:
+        RocmCkBackend(project).prepare([cells["ck"]], ProgressView(quiet=True))
+    assert exc.value.exit_code == 4
+
+
+@pytest.mark.usefixtures("no_rocm")
+def test_build_ck_cell_exits_5_without_traceback(run_cli: Run, project: Project) -> None:
+    code, out, err = run_cli("--matrix", str(project.matrix_path), "build", "--cell", CK_ID, "--quiet")
+    assert code == 5
+    assert "missing hipcc" in err and "Traceback" not in out + err
+    assert not list(project.path("wheels").glob("*.whl"))
+
+
+def test_cell_is_found_in_any_target_without_target(project: Project) -> None:
+    assert [c.id for c in cells_to_build(project, None, [TRITON_ID])] == [TRITON_ID]
+    assert [c.id for c in cells_to_build(project, "release", [TRITON_ID])] == [TRITON_ID]
+    assert cells_to_build(project, None, []) == project.plan("default").valid
+    with pytest.raises(ConfigurationError, match="no cell .* in target 'default'"):
+        cells_to_build(project, "default", [TRITON_ID])
+    with pytest.raises(ConfigurationError, match="in any target"):
+        cells_to_build(project, None, ["flash-attn-nope"])
+
+
+def test_dry_run_names_the_backend_and_the_wheel(run_cli: Run, project: Project) -> None:
+    code, out, err = run_cli("--matrix", str(project.matrix_path), "build", "--cell", TRITON_ID, "--dry-run")
+    assert code == 0, err
+    assert "triton-py3-none-any.whl (triton)" in out + err and "MAX_JOBS=1" in out + err
