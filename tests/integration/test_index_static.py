@@ -355,3 +355,25 @@ def test_concurrent_publishes_both_land(wheel214: Path, wheel213: Path, tmp_path
         variant = json.loads(wheel.with_name(wheel.name + ".manifest.json").read_text())["variant"]
         files = index / variant / "simple" / "flash-attn"
         assert sha256((files / wheel.name).read_bytes()) == sha256(wheel.read_bytes())
+
+
+# ---------------------------------------------------------------- runner smoke from the index
+
+
+def test_runner_smoke_installs_from_the_served_index(server: Served, torch213: TorchEnv) -> None:
+    """`runner check --smoke-index` path for real: a fresh venv over the machine's torch gets flash-attn from
+    our served index. The wheel is wheelfactory's stand-in (a real compiled extension, but no
+    flash_attn_func), so the run ends at that import, inside the smoke venv, with the wheel's torch pin."""
+    from attnforge.runner.host import SystemHost
+    from attnforge.runner.smoke import run_smoke
+
+    res = run_smoke(
+        SystemHost(),
+        str(torch213.python),
+        index_url=f"{server.url}/cu130-torch2.13/simple",
+        base_site=[str(torch213.site_packages)],
+    )
+    assert res.ran and res.failed == 1 and res.source.endswith("/cu130-torch2.13/simple"), res.detail
+    assert "cannot import name 'flash_attn_func'" in res.detail and "attnforge-smoke-" in res.detail
+    assert res.output.get("torch_requirement") == "torch==2.13.*" and "torch here 2.13.0" in res.detail
+    assert re.search(r"GET /cu130-torch2.13/simple/flash-attn/ .* 200", server.text())

@@ -357,7 +357,9 @@ class Engine:
             if kind == "unit":
                 self.view.units(cell.id, int(event.get("done", 0)), int(event.get("total", 0)))
             elif kind == "stage":
-                self.view.stage(cell.id, str(event.get("stage", "")))
+                secs = event.get("s")
+                self.view.stage(cell.id, str(event.get("stage", "")), event.get("status"),
+                                float(secs) if isinstance(secs, (int, float)) else None)  # fmt: skip
 
     @staticmethod
     def _log_line(job: CellJob, message: str) -> None:

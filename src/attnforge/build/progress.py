@@ -40,7 +40,7 @@ class CellProgress:
 
 
 # The builder's stages (incontainer.py's Stage): each sends a start event and then a done or failed event.
-BUILDER_STAGES = frozenset({"source", "unpack", "venv", "compile", "import_check"})
+BUILDER_STAGES = frozenset({"source", "unpack", "venv", "compiler", "compile", "import_check"})
 END_STATES = frozenset({"done", "failed", "skipped", "cancelled"})
 
 
