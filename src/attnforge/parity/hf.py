@@ -47,7 +47,7 @@ def padded_batch(vocab: int, batch: int, seq: int, device: str) -> tuple[torch.T
 def _model(cfg: Any, impl: str, state: dict[str, Any], dtype: torch.dtype, device: str) -> Any:
     from transformers import AutoModelForCausalLM
 
-    m = AutoModelForCausalLM.from_config(cfg, attn_implementation=impl)
+    m = AutoModelForCausalLM.from_config(cfg, attn_implementation=impl)  # type: ignore[no-untyped-call,unused-ignore]
     m.load_state_dict(state)
     return m.to(device=device, dtype=dtype).train()
 
@@ -76,7 +76,7 @@ def run(profile: WheelProfile, device: str = "cuda") -> list[Result]:
         torch.manual_seed(0)
         from transformers import AutoModelForCausalLM
 
-        state = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").state_dict()
+        state = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").state_dict()  # type: ignore[no-untyped-call,unused-ignore]
         ids, mask, labels = padded_batch(cfg.vocab_size, batch, seq, device)
         outs: dict[str, dict[str, Any]] = {}
         for key, impl, dt in (
