@@ -1,12 +1,15 @@
-"""First FlexAttention call in a fresh process with an empty compile cache: cold vs Mega-Cache vs AOTInductor.
+"""First FlexAttention call in a fresh process with an empty compile cache: cold vs Mega-Cache vs precompiled
+function vs AOTInductor.
 
 For three mask families (causal, sliding window, document) and two modes (fwd, fwd+bwd; CPU: fwd only, as
 FlexAttention has no CPU backward) the variants are built with attnforge's Flex builder, then each first call
 is timed in its own process with fresh Inductor/Triton cache dirs: cold (nothing loaded), after
-``torch.compiler.load_cache_artifacts()`` of the Mega-Cache artifact (load time included), and through
-``aoti_load_package`` (forward only; null where the package did not build or crashed). Writes
-``{"device", "torch", "rows": [{"mask", "mode", "cold_s", "megacache_s", "aoti_s"}], "best_speedup"}``
-(best_speedup: cold / best cached over the fwd+bwd rows; on CPU over the fwd rows).
+``torch.compiler.load_cache_artifacts()`` of the Mega-Cache artifact (load time included), after loading the
+precompiled function (``torch.compile(...).aot_compile``, fwd and bwd; load included), and through
+``aoti_load_package`` (forward only; null where the package did not build or crashed). Every time includes
+building the block mask. Writes ``{"device", "torch", "rows": [{"mask", "mode", "cold_s", "megacache_s",
+"aoti_s", "precompiled_s", "detail"}], "best_speedup"}`` (best_speedup: cold / best cached over the fwd+bwd
+rows; on CPU over the fwd rows; ``detail``: load and block-mask seconds of each timed call).
 
     python benchmarks/flex_first_call.py --device cuda --out benchmarks/results/flex_first_call.json
     python benchmarks/flex_first_call.py --device cpu --out benchmarks/results/flex_first_call_cpu.json
@@ -24,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from attnforge.flex.build import BuildOptions, build_variants, run_worker  # noqa: E402
+from attnforge.flex.build import BuildOptions, build_variants, precompile_variant, run_worker  # noqa: E402
 
 MASKS = {
     "causal": {"mask": "causal"},
@@ -68,19 +71,47 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--masks", default=",".join(MASKS))
     ap.add_argument("--jobs", type=int, default=3, help="variants built in parallel")
     ap.add_argument("--no-aoti", action="store_true")
+    ap.add_argument("--no-precompile", action="store_true")
+    ap.add_argument("--build-only", action="store_true", help="build the artifacts into --work, time nothing")
+    ap.add_argument(
+        "--reuse", action="store_true", help="time the artifacts a --build-only run left in --work"
+    )
+    ap.add_argument("--precompile-again", action="store_true",
+                    help="with --reuse: redo only the precompiled functions in --work, time nothing")  # fmt: skip
     a = ap.parse_args(argv)
     work = a.work or Path(tempfile.mkdtemp(prefix="flex-first-call-"))
     work.mkdir(parents=True, exist_ok=True)
     vs = variants(a.device, [m for m in a.masks.split(",") if m])
-    opts = BuildOptions(out_dir=work / "build", aoti=not a.no_aoti, jobs=a.jobs, aoti_probe=False)
-    # AOTInductor is forward only: build it for the fwd variants alone
-    fwd = [v for v in vs if not v["backward"]]
-    bwd = [v for v in vs if v["backward"]]
-    man = build_variants(fwd, opts)
-    entries = {e["name"]: e for e in man["variants"]}
-    if bwd:
-        opts_b = BuildOptions(out_dir=work / "build-bwd", aoti=False, jobs=a.jobs, aoti_probe=False)
-        entries |= {e["name"]: e for e in build_variants(bwd, opts_b)["variants"]}
+    pre = not a.no_precompile
+    if a.reuse:
+        entries = json.loads((work / "build-manifests.json").read_text(encoding="utf-8"))
+        if a.precompile_again:
+            opts = BuildOptions(out_dir=work, jobs=1, aoti_probe=False)
+            for v in vs:
+                art = work / ("build-bwd" if v["backward"] else "build") / "artifacts"
+                entries[v["name"]]["precompiled"] = precompile_variant(v, art, work / "pre-again", opts)
+            (work / "build-manifests.json").write_text(
+                json.dumps(entries, indent=1, default=str), encoding="utf-8"
+            )
+            return 0
+    else:
+        opts = BuildOptions(out_dir=work / "build", aoti=not a.no_aoti, precompile=pre, jobs=a.jobs,
+                            aoti_probe=False)  # fmt: skip
+        # AOTInductor is forward only: build it for the fwd variants alone
+        fwd = [v for v in vs if not v["backward"]]
+        bwd = [v for v in vs if v["backward"]]
+        man = build_variants(fwd, opts)
+        entries = {e["name"]: e for e in man["variants"]}
+        if bwd:
+            opts_b = BuildOptions(out_dir=work / "build-bwd", aoti=False, precompile=pre, jobs=a.jobs,
+                                  aoti_probe=False)  # fmt: skip
+            entries |= {e["name"]: e for e in build_variants(bwd, opts_b)["variants"]}
+        (work / "build-manifests.json").write_text(
+            json.dumps(entries, indent=1, default=str), encoding="utf-8"
+        )
+        if a.build_only:
+            print(f"built into {work}")
+            return 0
     import torch
 
     device = torch.cuda.get_device_name() if a.device == "cuda" else f"cpu ({_cpu()})"
@@ -92,26 +123,39 @@ def main(argv: list[str] | None = None) -> int:
         cold = first_call(sys.executable, v, "cold", None, work)
         mc = e.get("megacache") or {}
         mega = first_call(sys.executable, v, "megacache", art[v["name"]] / mc["file"], work) if mc else {}
+        pc = e.get("precompiled") or {}
+        prec = (
+            first_call(sys.executable, v, "precompiled", art[v["name"]] / pc["file"], work)
+            if pc.get("ok")
+            else {}
+        )
         ao = e.get("aoti") or {}
         aoti = (
             first_call(sys.executable, v, "aoti", art[v["name"]] / ao["file"], work) if ao.get("ok") else {}
         )
+        timed = {"cold": cold, "megacache": mega, "precompiled": prec, "aoti": aoti}
         row = {
             "mask": v["mask"],
             "mode": mode,
             "cold_s": _s(cold),
             "megacache_s": _s(mega),
             "aoti_s": _s(aoti),
+            "precompiled_s": _s(prec),
+            "detail": {
+                k: {"load_s": r.get("load_s"), "blockmask_s": r.get("blockmask_s")}
+                for k, r in timed.items()
+                if r and r.get("ok")
+            },
         }
         rows.append(row)
         notes = {"megacache_hits": (mega.get("counters") or {}), "aoti": ao.get("reason") or "ok",
-                 "errors": [r.get("error") for r in (cold, mega, aoti) if r and not r.get("ok")]}  # fmt: skip
+                 "precompiled": pc.get("reason") or "ok",
+                 "errors": [f"{k}: {r.get('error')}" for k, r in timed.items() if r and not r.get("ok")]}  # fmt: skip
         print(json.dumps(row), json.dumps(notes)[:600], flush=True)
         res = write(
             a.out, device, torch.__version__, rows, a.device
         )  # after every row: partial results survive
     res = write(a.out, device, torch.__version__, rows, a.device)
-    (work / "build-manifests.json").write_text(json.dumps(entries, indent=1, default=str), encoding="utf-8")
     print(json.dumps(res, indent=1))
     return 0
 
@@ -122,7 +166,7 @@ def best_speedup(rows: list[dict[str, Any]], device: str) -> float | None:
     for r in rows:
         if r["mode"] != ("fwd+bwd" if device == "cuda" else "fwd"):
             continue
-        cached = [x for x in (r["megacache_s"], r["aoti_s"]) if x]
+        cached = [x for x in (r["megacache_s"], r["aoti_s"], r.get("precompiled_s")) if x]
         if r["cold_s"] and cached:
             sp = r["cold_s"] / min(cached)
             best = sp if best is None or sp > best else best
@@ -137,6 +181,7 @@ def write(
         "torch": torch_version,
         "rows": rows,
         "best_speedup": best_speedup(rows, device),
+        "command": "python benchmarks/flex_first_call.py " + " ".join(sys.argv[1:]),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")

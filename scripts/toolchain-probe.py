@@ -8,11 +8,14 @@ fresh child process:
   nested lambda, as attnforge's dispatch header does for a head dim a wheel was built without. Expected:
   a Python ``RuntimeError``; a crash here is what made excluded head dims SIGSEGV on the H100.
 - ``aoti`` (``--aoti``): ``torch.export`` + ``aoti_compile_and_package`` + ``aoti_load_package`` of a
-  Linear+GELU module (Inductor compiles its wrapper with the same compiler through ``CXX``).
+  Linear+GELU module (Inductor compiles its wrapper with the same compiler through ``CXX``): the Flex
+  builder's own round trip, ``attnforge.flex.worker.aoti_probe``, on CUDA. The child's stdout is that
+  function's progress lines, then ``RESULT`` and the dict it returned, as JSON.
 
 Prints one JSON document: compiler versions, the libstdc++ the process loaded, and each probe's outcome
 (``ok``, or the signal that killed the child). Needs torch and ``PYTHONPATH=src`` (the exception probe is
-the builder's ``attnforge.build.incontainer.CXX_PROBE``, which the builder itself runs before compiling).
+the builder's ``attnforge.build.incontainer.CXX_PROBE``, which the builder itself runs before compiling;
+the children import the same ``attnforge`` as this script).
 """
 
 from __future__ import annotations
@@ -25,28 +28,24 @@ import signal
 import subprocess
 import sys
 import tempfile
-import textwrap
 from pathlib import Path
 
+import attnforge
 from attnforge.build.incontainer import CXX_PROBE
+from attnforge.flex.worker import aoti_probe
 
 # the flash-attn builder's own probe (run with PYTHONPATH=src)
 EXCEPTION_CHILD = CXX_PROBE
 
-AOTI_CHILD = textwrap.dedent(
-    r"""
-    import sys, torch
-    m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU()).cuda()
-    x = torch.randn(8, 64, device="cuda")
-    ep = torch.export.export(m, (x,))
-    path = torch._inductor.aoti_compile_and_package(ep, package_path=sys.argv[1] + "/probe.pt2")
-    print("BUILT", flush=True)
-    fn = torch._inductor.aoti_load_package(path)
-    y = fn(x)
-    y = y[0] if isinstance(y, (list, tuple)) else y
-    print("RAN", float((y - m(x)).abs().max()), flush=True)
-    """
-)
+# the Flex builder's own AOTInductor round trip, in a child (a crash kills the child, not this script)
+AOTI_CHILD = f"""\
+import json, sys
+from {aoti_probe.__module__} import {aoti_probe.__name__}
+print("RESULT", json.dumps({aoti_probe.__name__}({{"device": "cuda"}}, sys.argv[1] + "/probe.pt2")), flush=True)
+"""
+
+# where this script's attnforge lives: the children import the same one, wherever they are started
+SRC = str(Path(attnforge.__file__).resolve().parents[1])
 
 
 def compilers() -> list[str]:
@@ -70,7 +69,14 @@ def libstdcxx_of(cxx: str) -> str:
 
 def run_child(code: str, cxx: str, timeout: float) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="probe-") as tmp:
-        env = dict(os.environ, CXX=cxx, CC=cxx.replace("g++", "gcc"), TORCHINDUCTOR_CACHE_DIR=tmp + "/ind")
+        path = os.pathsep.join([SRC, *filter(None, [os.environ.get("PYTHONPATH")])])
+        env = dict(
+            os.environ,
+            CXX=cxx,
+            CC=cxx.replace("g++", "gcc"),
+            TORCHINDUCTOR_CACHE_DIR=tmp + "/ind",
+            PYTHONPATH=path,
+        )
         try:
             p = subprocess.run(
                 [sys.executable, "-X", "faulthandler", "-c", code, tmp],

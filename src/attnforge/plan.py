@@ -11,7 +11,7 @@ from .cell import Cell, Toolkit
 from .compat import CompatData
 from .errors import ConfigurationError, NothingToDoError
 from .locking import source_sha256
-from .rules import Verdict, check
+from .rules import Problem, Verdict, check
 from .schema import AXES, Matrix, TargetSpec
 
 Combo = dict[str, Any]
@@ -161,7 +161,24 @@ def plan_target(matrix: Matrix, target: str, data: CompatData, lock: dict[str, A
         )
     verdicts = [check(make_cell(c, matrix, data, lock or {}), data) for c in combos]
     verdicts.sort(key=lambda v: v.cell.id)
+    reject_same_wheel(verdicts)
     return Plan(target, verdicts)
+
+
+def reject_same_wheel(verdicts: list[Verdict]) -> None:
+    """A valid cell whose wheel file name an earlier valid cell already produces is invalid (rule
+    `same-wheel`): it would overwrite that wheel. Pure-Python wheels (ROCm Triton, `py3-none-any`) do not
+    depend on the Python version, so a Triton profile declared for two Pythons is one wheel."""
+    first: dict[str, str] = {}
+    for v in verdicts:
+        if not v.valid:
+            continue
+        name = v.cell.wheel_name
+        if name in first:
+            v.problems.append(Problem("same-wheel", f"builds the same file as {first[name]} ({name}); "
+                                      "declare one Python for this profile"))  # fmt: skip
+        else:
+            first[name] = v.cell.id
 
 
 def select_cells(plan: Plan, cell_ids: list[str]) -> list[Cell]:

@@ -1,14 +1,23 @@
-"""Shared by the ROCm Triton tests: the flash-attn 2.8.3 sdist, offline pip sources, the import check.
+"""Shared by the ROCm Triton tests: the flash-attn 2.8.3 sdist, offline pip sources, the fresh-venv check.
 
-The sdist: a verified local copy, else PyPI (8.4 MB). Local copies, in order: $ATTNFORGE_FA_SDIST, the repository's .carry/ and .attnforge-cache/sources/,
-/tmp/probe/. The download asks PyPI's simple page for the file (`attnforge.locking.sdist_url`, which reads
-the JSON form, PEP 691, and the HTML one, PEP 503, that some mirrors serve instead).
+The sdist: a verified local copy, else PyPI (8.4 MB). Local copies, in order: $ATTNFORGE_FA_SDIST, the
+repository's .carry/ and .attnforge-cache/sources/, /tmp/probe/. The download asks PyPI's simple page for the
+file (`attnforge.locking.sdist_url`, which reads the JSON form, PEP 691, and the HTML one, PEP 503, that some
+mirrors serve instead).
+
+The fresh-venv check, as both tests run it: `fresh_venv` (a new venv with the CPU torch stand-in and triton,
+the wheel beside them or installed after with `pip_install`), `import_flash_attn` (IMPORT run with
+FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE), `check_triton_backend` (the venv's wheel picked the Triton backend).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 from attnforge.build.sources import _download, sha256_of
 from attnforge.locking import sdist_url
@@ -18,6 +27,8 @@ NAME = "flash_attn-2.8.3.tar.gz"
 TORCH_CPU = Path("/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
 LOCAL_DIRS = [Path("/opt/wheels"), Path("/opt/pypi/files")]
 TRITON = "triton==3.6.0"
+TORCH = "torch==2.13.0+cpu"  # the stand-in the wheel is built and imported beside (TORCH_CPU's version)
+BACKEND = "flash_attn.flash_attn_triton_amd.interface_fa"
 
 # Run with FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE: which backend flash_attn picked, and from where.
 IMPORT = """\
@@ -53,3 +64,42 @@ def flash_attn_sdist(sha256: str, dest: Path) -> Path:
     _download(url, dest)
     assert sha256_of(dest) == sha256, f"{url}: sha256 differs from the pin"
     return dest
+
+
+def pip_install(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`pip install --progress-bar off` from `pip_sources()` with `python`'s pip; output captured, not checked."""
+    cmd = [str(python), "-m", "pip", "install", "--progress-bar", "off", *pip_sources(), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, check=False)
+
+
+def fresh_venv(venv: Path, requirements: list[str]) -> Path:
+    """A new venv at `venv` (this interpreter, `-m venv`) with `requirements` pip-installed; its python."""
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+    python = venv / "bin" / "python"
+    proc = pip_install(python, "-q", *requirements)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return python
+
+
+def flash_attention_env(**extra: str) -> dict[str, str]:
+    """This environment without any FLASH_ATTENTION* variable, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASH_ATTENTION")}
+    return {**env, **extra}
+
+
+def import_flash_attn(python: Path, cwd: Path) -> dict[str, Any]:
+    """Run IMPORT with `python` in `cwd`, FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE; the JSON it printed."""
+    proc = subprocess.run(
+        [str(python), "-W", "ignore", "-c", IMPORT], capture_output=True, text=True, check=False, cwd=cwd,
+        env=flash_attention_env(FLASH_ATTENTION_TRITON_AMD_ENABLE="TRUE"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    info: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return info
+
+
+def check_triton_backend(info: dict[str, Any], venv: Path) -> None:
+    """flash-attn 2.8.3 from `venv` imported with its Triton backend, no `flash_attn_2_cuda` anywhere."""
+    assert info["flash_attn"] == "2.8.3"
+    assert info["backend"] == BACKEND
+    assert info["flash_attn_2_cuda"] is False and str(venv) in info["file"]

@@ -28,7 +28,17 @@ from attnforge.cell import Cell
 from attnforge.compat import load_compat
 from attnforge.matrix_file import parse_matrix
 from attnforge.plan import plan_target
-from tests.integration.rocm_triton import IMPORT, NAME, TORCH_CPU, TRITON, flash_attn_sdist, pip_sources
+from tests.integration.rocm_triton import (
+    NAME,
+    TORCH,
+    TORCH_CPU,
+    TRITON,
+    check_triton_backend,
+    flash_attn_sdist,
+    fresh_venv,
+    import_flash_attn,
+    pip_install,
+)
 
 pytestmark = [pytest.mark.slow]
 
@@ -132,32 +142,19 @@ def test_unchanged_cell_is_skipped(project: Path, cell: Cell, built: Build) -> N
 
 def test_installs_beside_cpu_torch_and_imports(built: Build, tmp_path: Path) -> None:
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
-    py = str(venv / "bin" / "python")
-    pip = [py, "-m", "pip", "install", "--progress-bar", "off", *pip_sources()]
     start = time.monotonic()
-    deps = subprocess.run([*pip, "-q", "torch==2.13.0+cpu", TRITON, "einops"], capture_output=True, text=True)
-    assert deps.returncode == 0, deps.stderr[-3000:]
+    py = fresh_venv(venv, [TORCH, TRITON, "einops"])
     # the wheel pins torch 2.9 (its cell's); pip refuses it next to torch 2.13 unless told not to resolve
-    refused = subprocess.run(
-        [*pip, "--dry-run", str(built.wheel), "torch==2.13.0+cpu"], capture_output=True, text=True
-    )
+    refused = pip_install(py, "--dry-run", str(built.wheel), TORCH)
     assert refused.returncode != 0 and "torch==2.9.*" in refused.stdout + refused.stderr
-    inst = subprocess.run([*pip, "-q", "--no-deps", str(built.wheel)], capture_output=True, text=True)
+    inst = pip_install(py, "-q", "--no-deps", str(built.wheel))
     assert inst.returncode == 0, inst.stderr[-3000:]
     installed = time.monotonic() - start
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASH_ATTENTION")}
-    on = {**env, "FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE"}
-    proc = subprocess.run(
-        [py, "-W", "ignore", "-c", IMPORT], capture_output=True, text=True, env=on, cwd=tmp_path, check=False
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    info = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert info["flash_attn"] == "2.8.3" and info["torch"] == "2.13.0+cpu"
-    assert info["backend"] == "flash_attn.flash_attn_triton_amd.interface_fa"
-    assert info["flash_attn_2_cuda"] is False and str(venv) in info["file"]
+    info = import_flash_attn(py, tmp_path)
+    check_triton_backend(info, venv)
+    assert info["torch"] == "2.13.0+cpu"
     dist = subprocess.run(
-        [py, "-c", "import importlib.metadata as m; print(m.version('flash-attn'))"],
+        [str(py), "-c", "import importlib.metadata as m; print(m.version('flash-attn'))"],
         capture_output=True,
         text=True,
     )

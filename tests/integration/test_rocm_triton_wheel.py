@@ -12,7 +12,6 @@ and never ran here.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -33,7 +32,17 @@ from attnforge.rocm.triton_wheel import (
     make_build_python,
     verify_triton_wheel,
 )
-from tests.integration.rocm_triton import IMPORT, TORCH_CPU, TRITON, flash_attn_sdist, pip_sources
+from tests.integration.rocm_triton import (
+    TORCH,
+    TORCH_CPU,
+    TRITON,
+    check_triton_backend,
+    flash_attention_env,
+    flash_attn_sdist,
+    fresh_venv,
+    import_flash_attn,
+    pip_sources,
+)
 
 pytestmark = [pytest.mark.slow]
 
@@ -73,7 +82,7 @@ def build_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not TORCH_CPU.is_file():
         pytest.skip(f"the CPU torch stand-in {TORCH_CPU} is not on this machine")
     venv = tmp_path_factory.mktemp("buildvenv") / "venv"
-    return make_build_python(venv, ["torch==2.13.0+cpu", "setuptools", "wheel"], pip_sources())
+    return make_build_python(venv, [TORCH, "setuptools", "wheel"], pip_sources())
 
 
 @pytest.fixture(scope="module")
@@ -109,31 +118,20 @@ def test_same_inputs_same_bytes(cell: Cell, sdist: Path, build_python: Path, bui
 
 def test_installs_and_imports_in_a_fresh_venv(built: TritonWheelResult, tmp_path: Path) -> None:
     start = time.monotonic()
-    python = make_build_python(
-        tmp_path / "venv", ["torch==2.13.0+cpu", TRITON, str(built.wheel)], pip_sources()
-    )
+    python = fresh_venv(tmp_path / "venv", [TORCH, TRITON, str(built.wheel)])
     installed = time.monotonic() - start
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASH_ATTENTION")}
     without = subprocess.run(
-        [str(python), "-W", "ignore", "-c", "import flash_attn"], capture_output=True, text=True, env=env,
-        cwd=tmp_path, check=False,
+        [str(python), "-W", "ignore", "-c", "import flash_attn"], capture_output=True, text=True,
+        env=flash_attention_env(), cwd=tmp_path, check=False,
     )  # fmt: skip
     assert without.returncode != 0
     assert "No module named 'flash_attn_2_cuda'" in without.stderr  # the switch is needed at import time
-    on = {**env, "FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE"}
-    proc = subprocess.run(
-        [str(python), "-W", "ignore", "-c", IMPORT], capture_output=True, text=True, env=on, cwd=tmp_path,
-        check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    info = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert info["flash_attn"] == "2.8.3"
-    assert info["backend"] == "flash_attn.flash_attn_triton_amd.interface_fa"
-    assert info["flash_attn_2_cuda"] is False and info["hip"] is None
-    assert str(tmp_path / "venv") in info["file"]
+    info = import_flash_attn(python, tmp_path)
+    check_triton_backend(info, tmp_path / "venv")
+    assert info["hip"] is None
     ref = subprocess.run(
         [str(python), "-W", "ignore", "-c", REFERENCE], capture_output=True, text=True, check=False, cwd=tmp_path,
-        env={**on, "FLASH_ATTENTION_TRITON_AMD_REF": "1"},
+        env=flash_attention_env(FLASH_ATTENTION_TRITON_AMD_ENABLE="TRUE", FLASH_ATTENTION_TRITON_AMD_REF="1"),
     )  # fmt: skip
     assert ref.returncode == 0, ref.stderr[-3000:]
     diffs = json.loads(ref.stdout.strip().splitlines()[-1])

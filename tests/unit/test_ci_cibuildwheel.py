@@ -25,6 +25,7 @@ from attnforge.build.cibuildwheel_backend import (
     find_cibuildwheel,
     pip_env_from_args,
 )
+from attnforge.build.cibuildwheel_image import IMAGE_REPO, ManylinuxImages
 from attnforge.build.engine import CellJob, Engine
 from attnforge.build.incontainer_api import EXIT_COMPILE_ERROR, EXIT_ENVIRONMENT, EXIT_IMPORT, EXIT_OOM
 from attnforge.build.pip_config import PipOptions
@@ -34,6 +35,7 @@ from attnforge.cell import Cell
 from attnforge.ci.cibuildwheel_config import caveats, cibuildwheel_config, repair_command, to_toml
 from attnforge.errors import ConfigurationError, EnvironmentProblem
 from attnforge.project import Project
+from tests.unit.test_docker_backend import fake_docker
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -357,7 +359,35 @@ def test_cibuildwheel_reads_it(project: Project, job: CellJob, tmp_path: Path, b
     assert proc.stdout.split() == ["cp311-manylinux_x86_64"]
 
 
-# ---- the manylinux-like image's Dockerfile ----
+# ---- the manylinux-like image ----
+
+
+def test_manylinux_image_build_and_failure_message(
+    project: Project, cell: Cell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built on the CUDA builder for the base's glibc; a failed build names the cells, the log and its tail."""
+    builder_tag = "attnforge/cuda-builder:cu130-test"
+    backend = CibuildwheelBackend(project, str(fake_docker(tmp_path, [builder_tag])))
+    images = backend.manylinux
+    assert isinstance(images, ManylinuxImages)
+    assert (
+        images.builder is backend.builder and images.docker == backend.docker and images.logs == backend.logs
+    )
+    images.logs = tmp_path / "logs"
+    monkeypatch.setattr(backend.builder, "ensure_builder", lambda toolkit, view: builder_tag)
+    with pytest.raises(EnvironmentProblem) as info, ProgressView(quiet=True) as view:
+        images.ensure_image(cell.toolkit, ["3.11"], [cell], view)
+    tag = images.image_tag(cell.toolkit, builder_tag, ["3.11"], "2_36")
+    assert tag.startswith(f"{IMAGE_REPO}:cu130-")
+    log = tmp_path / "logs" / "manylinux-cu130.log"
+    tail = "\n".join([*(f"step {n}" for n in range(10, 21)), "BUILDKIT=1"])
+    assert (
+        info.value.message == f"{cell.id}: building the manylinux-like image {tag} failed; log: {log}\n{tail}"
+    )
+    build = next(c for c in (tmp_path / "calls").read_text().splitlines() if c.startswith("build "))
+    for arg in (f"BASE_IMAGE={builder_tag}", "CUDA_VERSION=13.0", "PYTHONS=3.11", "MANYLINUX_GLIBC=2_36"):
+        assert f"--build-arg {arg}" in build
+    assert f"-t {tag} " in build
 
 
 def test_manylinux_dockerfile_static() -> None:

@@ -68,7 +68,9 @@ def test_key_changes_with_arches_profile_and_torch(mini_compat: CompatData) -> N
         " profile: [full, lean]}",
         mini_compat,
     )
-    assert len(p.valid) == 4 and len(p.kernel_sets()) == 4
+    assert len({v.cell.kernel_set_key for v in p.verdicts}) == 4
+    # the arches are not in the wheel's file name: cells differing only in them would overwrite each other
+    assert len(p.valid) == 2 and all("[same-wheel]" in v.reasons()[0] for v in p.invalid)
 
 
 def test_exclude_and_include(mini_compat: CompatData) -> None:
@@ -136,3 +138,23 @@ def test_select_cells(mini_compat: CompatData) -> None:
     )
     with pytest.raises(NothingToDoError, match="no valid cell"):
         select_cells(all_bad, [])
+
+
+def test_a_pure_python_wheel_declared_for_two_pythons_is_one_cell() -> None:
+    from attnforge.compat import load_compat
+
+    text = MATRIX.replace(
+        "  full: {{}}", "  full: {{}}\n  triton: {{tag: triton, rocm_backend: triton}}"
+    ).format(
+        sha=SHA,
+        body="    matrix: {toolkit: [rocm6.4], torch: ['2.9'], python: ['3.11', '3.12'], arch: [[gfx90a, gfx942]],"
+        " profile: [triton]}",
+    )
+    p = plan_target(parse_matrix(text), "t", load_compat())
+    [kept] = p.valid
+    [dup] = p.invalid
+    assert kept.wheel_name == dup.cell.wheel_name and kept.wheel_name.endswith("-py3-none-any.whl")
+    assert kept.python == "3.11"
+    assert dup.reasons() == [
+        f"[same-wheel] builds the same file as {kept.id} ({kept.wheel_name}); declare one Python for this profile"
+    ]

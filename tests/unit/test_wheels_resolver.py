@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -9,8 +10,9 @@ from typing import Any
 import pytest
 
 from attnforge.wheels.doctor import diagnose
-from attnforge.wheels.index import StaticIndex
-from attnforge.wheels.resolver import Env, arch_runs_on, resolve, run_probe
+from attnforge.wheels.index import Bundle, StaticIndex
+from attnforge.wheels.resolver import Env, arch_runs_on, interpreter_abis, resolve, run_probe
+from attnforge.wheels.wheelio import Member, write_wheel
 from tests.unit.test_wheels_index import make_bundle
 
 
@@ -93,6 +95,97 @@ def test_cpu_torch_and_old_abi_and_python() -> None:
     assert env.accel is None and "CPU-only" in env.describe()
     env = Env.from_probe(probe(python="3.12.1"))
     assert env.python_tag == "cp312"
+
+
+TRITON_LOCAL = "rocm6.4torch2.9cxx11abiTRUE.triton"
+
+
+def pure_bundle(where: Path, tag: str) -> Bundle:
+    """A pure-Python ROCm Triton wheel as the triton backend names it (`...-py3-none-any.whl`)."""
+    version = f"2.8.3+{TRITON_LOCAL}"
+    dist_info = f"flash_attn-{version}.dist-info"
+    name = f"flash_attn-{version}-{tag}.whl"
+    members = {
+        "flash_attn/__init__.py": Member(b"x = 1\n"),
+        f"{dist_info}/METADATA": Member(
+            f"Metadata-Version: 2.1\nName: flash_attn\nVersion: {version}\nRequires-Python: >=3.9\n"
+            "Requires-Dist: torch==2.9.*\n\n".encode()
+        ),
+        f"{dist_info}/WHEEL": Member(f"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: {tag}\n".encode()),
+    }
+    wheel = write_wheel(where, name, dist_info, members, 1700000000)
+    data = wheel.read_bytes()
+    manifest = {
+        "kernel_version": "2.8.3",
+        "variant": "rocm6.4-torch2.9",
+        "wheel": name,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size": len(data),
+        "inputs": {"toolkit": "rocm6.4", "torch": "2.9.1", "python": "3.12", "cxx11_abi": True,
+                   "arches": ["gfx90a", "gfx942"]},
+        "finalize": {},
+    }  # fmt: skip
+    return Bundle(wheel=wheel, manifest=manifest)
+
+
+def rocm_probe(python: str, gpus: list[Any] | None = None) -> dict[str, Any]:
+    data = probe(torch="2.9.1+rocm6.4", cuda=None, gpus=gpus, python=python)
+    data["torch"]["hip"] = "6.4.43484-123"
+    return data
+
+
+@pytest.mark.parametrize("tag", ["py3-none-any", "py39-none-any", "py2.py3-none-any"])
+@pytest.mark.parametrize("python", ["3.10.4", "3.11.7", "3.12.1", "3.13.0"])
+def test_pure_python_wheel_fits_every_cpython_3(tmp_path: Path, tag: str, python: str) -> None:
+    """pip installs a `py3-none-any` wheel on any CPython 3 (and `py39` on 3.9 and later): so does `which`."""
+    StaticIndex(tmp_path / "index").publish([pure_bundle(tmp_path / "in", tag)])
+    gfx942 = {"name": "MI300X", "capability": [9, 4], "gcn_arch": "gfx942:sramecc+:xnack-"}
+    for gpus in (None, [gfx942]):
+        res = resolve(Env.from_probe(rocm_probe(python, gpus)), str(tmp_path / "index"), profile="triton")
+        rejected = res.to_json()["rejected"]
+        assert res.choice is not None, rejected
+        assert res.choice.filename == f"flash_attn-2.8.3+{TRITON_LOCAL}-{tag}.whl"
+        assert res.command == (
+            f"pip install flash-attn==2.8.3+{TRITON_LOCAL} "
+            f"--index-url {(tmp_path / 'index').as_uri()}/rocm6.4-torch2.9/simple"
+        )
+
+
+@pytest.mark.parametrize(
+    ("tag", "python", "why"),
+    [
+        ("py313-none-any", "3.12.1", "wheel is for py313, this is cp312"),  # py3X: X and later only
+        ("cp312-cp312-any", "3.11.7", "wheel is for cp312, this is cp311"),
+        ("py3-cp312-any", "3.12.1", "wheel is for py3 with ABI cp312, this is cp312"),  # an ABI needs its cp
+        ("py2-none-any", "3.12.1", "wheel is for py2, this is cp312"),
+    ],
+)
+def test_pure_python_wheel_mismatches(tmp_path: Path, tag: str, python: str, why: str) -> None:
+    StaticIndex(tmp_path / "index").publish([pure_bundle(tmp_path / "in", tag)])
+    res = resolve(Env.from_probe(rocm_probe(python)), str(tmp_path / "index"), profile="triton")
+    assert res.choice is None
+    assert res.to_json()["rejected"] == {f"flash_attn-2.8.3+{TRITON_LOCAL}-{tag}.whl": {"python": why}}
+
+
+def test_interpreter_abis_are_pips() -> None:
+    pairs = interpreter_abis("3.11")
+    for ok in [("cp311", "cp311"), ("cp311", "abi3"), ("cp39", "abi3"), ("cp311", "none"), ("py311", "none"),
+               ("py3", "none"), ("py39", "none"), ("py30", "none")]:  # fmt: skip
+        assert ok in pairs, ok
+    for no in [("cp312", "cp312"), ("cp312", "abi3"), ("py312", "none"), ("py3", "cp311"), ("py2", "none"),
+               ("cp310", "cp310"), ("pp311", "pypy311_pp73")]:  # fmt: skip
+        assert no not in pairs, no
+
+
+def test_an_any_wheel_is_platform_neutral_but_a_linux_one_is_not(tmp_path: Path) -> None:
+    StaticIndex(tmp_path / "index").publish([pure_bundle(tmp_path / "in", "py3-none-linux_aarch64")])
+    res = resolve(Env.from_probe(rocm_probe("3.12.1")), str(tmp_path / "index"), profile="triton")
+    assert res.choice is None
+    assert res.to_json()["rejected"] == {
+        f"flash_attn-2.8.3+{TRITON_LOCAL}-py3-none-linux_aarch64.whl": {
+            "platform": "wheel is linux_aarch64, this is x86_64 glibc 2.36"
+        }
+    }
 
 
 @pytest.mark.parametrize(

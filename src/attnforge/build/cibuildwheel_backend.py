@@ -3,10 +3,11 @@
 Per cell: the sdist is unpacked and patched on the host exactly as `incontainer.py` does for the docker
 backend (same patches, same setup hook), then `cibuildwheel --platform linux` runs on that tree with a
 generated `[tool.cibuildwheel]` config (`attnforge.ci.cibuildwheel_config`): a manylinux-like image built
-locally on top of the docker backend's CUDA builder (docker/manylinux-cuda.Dockerfile), torch from this
-machine's pip mirrors in before-build, the builder's own knobs (MAX_JOBS, NVCC_THREADS, ATTNFORGE_*)
-in `environment`, `auditwheel repair` excluding torch's libraries, an import test in a fresh venv. The
-wheel then goes through the engine's finalize and manifest like any other backend's.
+locally on top of the docker backend's CUDA builder (docker/manylinux-cuda.Dockerfile, built by
+`cibuildwheel_image`), torch from this machine's pip mirrors in before-build, the builder's own knobs
+(MAX_JOBS, NVCC_THREADS, ATTNFORGE_*) in `environment`, `auditwheel repair` excluding torch's libraries, an
+import test in a fresh venv. The wheel then goes through the engine's finalize and manifest like any other
+backend's.
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ from typing import Any
 
 from packaging.version import Version
 
-from ..cell import Cell, Toolkit
+from ..cell import Cell
 from ..ci.cibuildwheel_config import IMPORT_MARKER, cibuildwheel_config, to_toml
 from ..errors import BuildError, EnvironmentProblem
 from ..project import Project
 from . import incontainer
-from .base_image import image_id
+from .cibuildwheel_image import DOCKERFILE, IMAGE_REPO, ManylinuxImages
 from .docker_backend import DOCKER, DockerBackend, dockerfile_dir
 from .engine import CellJob
 from .incontainer_api import (
@@ -48,8 +49,6 @@ from .progress import BUILDER_STAGES, ProgressView
 from .resources import GIB, detect_machine
 
 CIBUILDWHEEL_VERSION = "4.3.3"  # the pin in pyproject's `cibuildwheel` and `dev` extras
-DOCKERFILE = "manylinux-cuda.Dockerfile"
-IMAGE_REPO = "attnforge/manylinux-cuda"
 CONTAINER_PROJECT = "/project"  # where cibuildwheel copies the tree inside its container
 AUTO_CCACHE_TORCH = Version("2.14")  # torch's cpp_extension puts ccache in front of c++ and nvcc itself
 CA_IN_CONTAINER = "/run/secrets/ca_bundle"
@@ -240,6 +239,7 @@ class CibuildwheelBackend:
         self.pip_args = self.pip.args
         self.cache = project.path(project.matrix.build.cache_dir)
         self.logs = project.path(project.matrix.build.output_dir) / "logs"
+        self.manylinux = ManylinuxImages(self.builder, self.logs)  # the image cibuildwheel runs in
         self.images: dict[str, str] = {}
         self.toolchains: dict[str, dict[str, str | None]] = {}
         self.command: list[str] | None = None
@@ -266,77 +266,6 @@ class CibuildwheelBackend:
             sort_keys=True,
         )
 
-    def base_glibc(self, base: str) -> str:
-        """The base image's glibc as a manylinux policy suffix (2.36 -> '2_36'): the image's target."""
-        proc = subprocess.run(
-            [self.docker, "run", "--rm", "--network", "none", base, "ldd", "--version"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        found = re.search(r"(\d+)\.(\d+)\s*$", (proc.stdout.strip().splitlines() or [""])[0])
-        if not found:
-            raise EnvironmentProblem(f"cannot read the glibc version of {base}: {proc.stderr.strip()[-300:]}")
-        return f"{found.group(1)}_{found.group(2)}"
-
-    def image_tag(self, toolkit: Toolkit, base: str, pythons: list[str], glibc: str) -> str:
-        text = (dockerfile_dir() / DOCKERFILE).read_bytes()
-        key = f"{image_id(base, docker=self.docker)}|{toolkit.version}|{' '.join(pythons)}|{glibc}".encode()
-        return f"{IMAGE_REPO}:{toolkit.short}-{hashlib.sha256(text + key).hexdigest()[:12]}"
-
-    def ensure_image(
-        self, toolkit: Toolkit, pythons: list[str], cells: list[Cell], view: ProgressView
-    ) -> str:
-        """The manylinux-like image for a toolkit and these Pythons (built once, on the CUDA builder)."""
-        base = self.builder.ensure_builder(toolkit, view)
-        glibc = self.base_glibc(base)
-        tag = self.image_tag(toolkit, base, pythons, glibc)
-        if image_id(tag, docker=self.docker):
-            return tag
-        view.log(
-            f"building manylinux-like image {tag} (base {base}, glibc {glibc}, Pythons {' '.join(pythons)})"
-        )
-        cmd = [self.docker, "build", "-f", str(dockerfile_dir() / DOCKERFILE), "--network", "host"]
-        args = [f"BASE_IMAGE={base}", f"CUDA_VERSION={toolkit.version}", f"PYTHONS={' '.join(pythons)}"]
-        for arg in (*args, f"MANYLINUX_GLIBC={glibc}"):
-            cmd += ["--build-arg", arg]
-        if self.builder.ca_bundle:
-            cmd += ["--secret", f"id=ca_bundle,src={self.builder.ca_bundle}"]
-        cmd += ["-t", tag, str(dockerfile_dir())]
-        log = self.logs / f"manylinux-{toolkit.short}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("w") as fh:
-            proc = subprocess.run(
-                cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "DOCKER_BUILDKIT": "1"}
-            )
-        if proc.returncode != 0:
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-12:])
-            ids = ", ".join(c.id for c in cells)
-            raise EnvironmentProblem(
-                f"{ids}: building the manylinux-like image {tag} failed; log: {log}\n{tail}"
-            )
-        return tag
-
-    def image_toolchain(self, tag: str, python: str) -> dict[str, str | None]:
-        """nvcc, g++ and Python versions inside the image (for the manifest's toolchain)."""
-        cp = "cp" + python.replace(".", "")
-        script = f"nvcc --version | tail -n 2; c++ -dumpfullversion; /opt/python/{cp}-{cp}/bin/python -V"
-        proc = subprocess.run(
-            [self.docker, "run", "--rm", "--network", "none", tag, "bash", "-c", script],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        out = proc.stdout
-        nvcc = re.search(r"V(\d+\.\d+\.\d+)", out)
-        gcc = re.search(r"^(\d+\.\d+\.\d+)$", out, re.M)
-        py = re.search(r"Python (\d+\.\d+\.\d+)", out)
-        return {
-            "nvcc": nvcc.group(1) if nvcc else None,
-            "gcc": gcc.group(1) if gcc else None,
-            "python": py.group(1) if py else None,
-        }
-
     def prepare(self, cells: list[Cell], view: ProgressView) -> None:
         ids = ", ".join(c.id for c in cells)
         for cell in cells:
@@ -350,10 +279,10 @@ class CibuildwheelBackend:
         for toolkit in sorted({c.toolkit for c in cells}, key=str):
             members = [c for c in cells if c.toolkit == toolkit]
             pythons = sorted({c.python for c in members})
-            tag = self.ensure_image(toolkit, pythons, members, view)
+            tag = self.manylinux.ensure_image(toolkit, pythons, members, view)
             self.images[str(toolkit)] = tag
             for py in pythons:
-                self.toolchains[f"{tag}|{py}"] = self.image_toolchain(tag, py)
+                self.toolchains[f"{tag}|{py}"] = self.manylinux.image_toolchain(tag, py)
 
     # ---- one cell ----
     def _paths(self, job: CellJob) -> dict[str, Path]:

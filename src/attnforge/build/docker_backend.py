@@ -57,6 +57,22 @@ def python_prefix(version: str) -> Path:
     return Path(out)
 
 
+def build_image(cmd: list[str], log: Path, failure: Callable[[Path, str], str]) -> None:
+    """Run a `docker build` line with BuildKit, its output going to `log` (folder made as needed).
+
+    When it fails, raise EnvironmentProblem worded by `failure(log, tail)`, `tail` being the log's last
+    12 lines.
+    """
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as fh:
+        proc = subprocess.run(
+            cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "DOCKER_BUILDKIT": "1"}
+        )
+    if proc.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-12:])
+        raise EnvironmentProblem(failure(log, tail))
+
+
 class DockerBackend:
     """Builds cells in containers made from docker/cuda-builder.Dockerfile."""
 
@@ -125,14 +141,9 @@ class DockerBackend:
         log = (
             self.project.path(self.project.matrix.build.output_dir) / "logs" / f"builder-{toolkit.short}.log"
         )
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("w") as fh:
-            proc = subprocess.run(
-                cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "DOCKER_BUILDKIT": "1"}
-            )
-        if proc.returncode != 0:
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-12:])
-            raise EnvironmentProblem(f"building the {toolkit} builder image failed (log {log}):\n{tail}")
+        build_image(
+            cmd, log, lambda log, tail: f"building the {toolkit} builder image failed (log {log}):\n{tail}"
+        )
         return tag
 
     def prepare(self, cells: list[Cell], view: ProgressView) -> None:

@@ -37,7 +37,8 @@ def declared_variants(project: Project, variants_file: Path | None, defaults: bo
 
 @click.group("flex")
 def command() -> None:
-    """Compile FlexAttention variants ahead of time (Mega-Cache + AOTInductor) and package them.
+    """Compile FlexAttention variants ahead of time (Mega-Cache, precompiled function, AOTInductor) and
+    package them.
 
     The wheel `attnforge-flex-kernels` holds the artifacts and the `attnforge_flex` loader
     (docs/flex.md).
@@ -54,11 +55,17 @@ def command() -> None:
 @click.option("--family", default="default", show_default=True, help="Named in the wheel's local version.")
 @click.option("--wheel/--no-wheel", "make_wheel", default=True, show_default=True)
 @click.option("--aoti/--no-aoti", default=True, show_default=True, help="Also try an AOTInductor package.")
+@click.option(
+    "--precompile/--no-precompile",
+    default=True,
+    show_default=True,
+    help="Also save a precompiled function (torch.compile(...).aot_compile, fwd+bwd; torch >= 2.10).",
+)
 @click.option("--aoti-retry", is_flag=True, help="After one package crashed on load, still try the others.")
 @click.option("--jobs", type=int, default=2, show_default=True, help="Variants compiled in parallel.")
 @click.pass_obj
 def build(project: Project, variants_file: Path | None, defaults: bool, only: tuple[str, ...], device: str | None,
-          out: Path, family: str, make_wheel: bool, aoti: bool, aoti_retry: bool, jobs: int) -> None:  # fmt: skip
+          out: Path, family: str, make_wheel: bool, aoti: bool, precompile: bool, aoti_retry: bool, jobs: int) -> None:  # fmt: skip
     """Compile each variant on this machine (fresh process and cache each) and package the result."""
     from ..flex.build import BuildOptions, build_and_package, failed
 
@@ -73,7 +80,13 @@ def build(project: Project, variants_file: Path | None, defaults: bool, only: tu
     if not vs:
         raise NothingToDoError("no flex variant selected")
     opts = BuildOptions(
-        out_dir=out, family=family, aoti=aoti, jobs=jobs, aoti_retry=aoti_retry, log=click.echo
+        out_dir=out,
+        family=family,
+        aoti=aoti,
+        precompile=precompile,
+        jobs=jobs,
+        aoti_retry=aoti_retry,
+        log=click.echo,
     )
     manifest, wheel = build_and_package([v.as_dict() for v in vs], opts, out / "dist" if make_wheel else None)
     bad = failed(manifest)

@@ -5,7 +5,9 @@ failure, not a dead tool):
 
 1. Mega-Cache: ``torch.compile(flex_attention)`` runs the variant (fwd, and bwd if declared), the output is
    checked against an fp32 reference, and ``torch.compiler.save_cache_artifacts()`` is written out.
-2. AOTInductor (static shapes): ``torch.export`` + ``aoti_compile_and_package``, then a separate process
+2. Precompiled function (torch >= 2.10): ``torch.compile(...).aot_compile`` of the same call, forward and
+   backward, saved with ``save_compiled_function``: loading it skips Dynamo and every cache lookup.
+3. AOTInductor (static shapes): ``torch.export`` + ``aoti_compile_and_package``, then a separate process
    loads the package and runs it; a crash there (seen: SIGSEGV in ``aoti_load_package`` on torch 2.11) marks
    the package unusable, with the signal, and the loader never offers it.
 
@@ -44,6 +46,7 @@ class BuildOptions:
     out_dir: Path
     family: str = "default"
     aoti: bool = True
+    precompile: bool = True
     jobs: int = 2
     timeout_s: float = 900.0
     python: str = sys.executable
@@ -109,7 +112,7 @@ def sha256_file(path: Path) -> str:
 
 def _build_one(v: dict[str, Any], art: Path, work: Path, opts: BuildOptions) -> dict[str, Any]:
     name = v["name"]
-    entry: dict[str, Any] = {"name": name, "spec": v, "megacache": None, "aoti": None}
+    entry: dict[str, Any] = {"name": name, "spec": v, "megacache": None, "precompiled": None, "aoti": None}
     mc_file = art / f"{name}.megacache.bin"
     res = run_worker(opts.python, "megacache", v, ["--out", str(mc_file)], work / name / "mc", opts.timeout_s)
     if res.get("ok"):
@@ -123,7 +126,27 @@ def _build_one(v: dict[str, Any], art: Path, work: Path, opts: BuildOptions) -> 
         entry["error"] = _explain(v, res)
         opts.log(f"flex: {name}: FAILED: {entry['error']}")
         return entry
+    entry["precompiled"] = precompile_variant(v, art, work, opts)
     return entry
+
+
+def precompile_variant(v: dict[str, Any], art: Path, work: Path, opts: BuildOptions) -> dict[str, Any]:
+    """The variant as a precompiled function file (``runtime.precompiled``), or why not."""
+    name = v["name"]
+    if not opts.precompile:
+        return {"file": None, "ok": False, "reason": "not requested (--no-precompile)"}
+    if v.get("mode", "default") != "default":
+        return {"file": None, "ok": False, "reason": f"compile mode {v.get('mode')!r}: default mode only"}
+    out = art / f"{name}.precompiled.bin"
+    r = run_worker(opts.python, "precompile", v, ["--out", str(out)], work / name / "pre", opts.timeout_s)
+    if not r.get("ok") or not out.is_file():
+        out.unlink(missing_ok=True)
+        opts.log(f"flex: {name}: no precompiled function: {r.get('error')}")
+        return {"file": None, "ok": False, "reason": str(r.get("error")), "run": _slim(r)}
+    opts.log(f"flex: {name}: precompiled function {out.stat().st_size / 1e6:.2f} MB "
+             f"(max err vs fp32 {r.get('max_err'):.3g})")  # fmt: skip
+    return {"file": out.name, "ok": True, "sha256": sha256_file(out), "size": out.stat().st_size,
+            "compile_s": r.get("compile_s"), "max_err": r.get("max_err")}  # fmt: skip
 
 
 class _LogLines:

@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--wheel-dir", type=Path)
     b.add_argument("--family", default="default")
     b.add_argument("--no-aoti", action="store_true")
+    b.add_argument("--no-precompile", action="store_true")
     b.add_argument("--jobs", type=int, default=3)
     a = ap.parse_args(argv)
     raw = json.loads(a.variants.read_text()) if a.variants else list(DEFAULT_VARIANTS)
@@ -56,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     if not vs:
         print("flex: no variants to build", file=sys.stderr)
         return 3
-    opts = BuildOptions(out_dir=a.out, family=a.family, aoti=not a.no_aoti, jobs=a.jobs)
+    opts = BuildOptions(
+        out_dir=a.out, family=a.family, aoti=not a.no_aoti, precompile=not a.no_precompile, jobs=a.jobs
+    )
     manifest, wheel = build_and_package(vs, opts, a.wheel_dir)
     bad = failed(manifest)
     print(json.dumps({"built": len(vs) - len(bad), "failed": bad, "wheel": str(wheel) if wheel else None}))

@@ -7,9 +7,11 @@ The last stdout line is a JSON object with the outcome. Needs torch only.
 Actions:
   megacache  --variant JSON --out FILE         compile + run (fwd, and bwd if the variant has it), check
                                                against eager, save ``torch.compiler.save_cache_artifacts()``
+  precompile --variant JSON --out FILE         torch.compile(...).aot_compile (fwd, and bwd if declared),
+                                               run + check against eager, save_compiled_function
   aoti-build --variant JSON --out FILE.pt2     torch.export + aoti_compile_and_package (forward)
   aoti-run   --variant JSON --package FILE     aoti_load_package + run + check against eager
-  first-call --variant JSON --mode cold|megacache|aoti [--artifact FILE] [--backward]
+  first-call --variant JSON --mode cold|megacache|precompiled|aoti [--artifact FILE] [--backward]
                                                time the first call in this (fresh) process
   aoti-probe --variant JSON --out FILE.pt2     the minimal AOTInductor round trip without FlexAttention
                                                (a Linear + GELU): tells a Flex-specific crash from a
@@ -109,6 +111,28 @@ def megacache(v: dict[str, Any], out: str) -> dict[str, Any]:
             "artifacts": kinds, "env": envkeys.collect(dev)}  # fmt: skip
 
 
+def precompile(v: dict[str, Any], out: str) -> dict[str, Any]:
+    """aot_compile the variant (forward+backward when declared), check it, save it to ``out``."""
+    import torch
+
+    from .runtime import mods, precompiled
+
+    dev = v.get("device", "cuda")
+    q, k, vv = mods.make_inputs(v, dev, grad=bool(v.get("backward")))
+    args = mods.precompile_args(v, dev, q, k, vv)
+    t0 = time.perf_counter()
+    fn = precompiled.compile_and_save(
+        args, out, dynamic=bool(v.get("dynamic")), mode=v.get("mode", "default")
+    )
+    o = fn(*args)
+    if v.get("backward"):
+        o.backward(torch.ones_like(o))
+    _sync(dev)
+    compile_s = time.perf_counter() - t0
+    err = _reference_err(v, o.detach(), q.detach(), k.detach(), vv.detach())
+    return {"ok": True, "compile_s": round(compile_s, 3), "bytes": Path(out).stat().st_size, "max_err": err}
+
+
 def aoti_build(v: dict[str, Any], out: str) -> dict[str, Any]:
     import torch
 
@@ -173,7 +197,8 @@ def aoti_probe(v: dict[str, Any], out: str) -> dict[str, Any]:
 
 
 def first_call(v: dict[str, Any], mode: str, artifact: str | None, backward: bool) -> dict[str, Any]:
-    """Seconds of the first call (fwd or fwd+bwd), loading of the artifact included."""
+    """Seconds of the first call (fwd or fwd+bwd), loading of the artifact and the block mask included
+    (``blockmask_s`` and ``load_s`` say how much of it they took)."""
     import torch
 
     from .runtime import mods
@@ -182,7 +207,7 @@ def first_call(v: dict[str, Any], mode: str, artifact: str | None, backward: boo
     q, k, vv = mods.make_inputs(v, dev, grad=backward)
     _sync(dev)
     t0 = time.perf_counter()
-    load_s = 0.0
+    load_s = blockmask_s = 0.0
     if mode == "aoti":
         if backward:
             raise ValueError("AOTInductor packages are forward only")
@@ -194,31 +219,46 @@ def first_call(v: dict[str, Any], mode: str, artifact: str | None, backward: boo
             fn = torch._inductor.aoti_load_package(str(artifact))
         load_s = time.perf_counter() - t0
         o = fn(q, k, vv)
+    elif mode == "precompiled":
+        from .runtime import precompiled
+
+        fn = precompiled.load(str(artifact), trust_cpu_isa=dev == "cpu")
+        load_s = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        args = mods.precompile_args(v, dev, q, k, vv)
+        blockmask_s = time.perf_counter() - t1
+        o = fn(*args)
     else:
         if mode == "megacache":
             with open(str(artifact), "rb") as fh:
                 torch.compiler.load_cache_artifacts(fh.read())
             load_s = time.perf_counter() - t0
         call = mods.FlexCall(v, dev)
+        t1 = time.perf_counter()
+        call.block_mask(q.shape[-2])
+        blockmask_s = time.perf_counter() - t1
         o = call(q, k, vv)
-        if backward:
-            o.backward(torch.ones_like(o))
+    if backward:
+        o.backward(torch.ones_like(o))
     _sync(dev)
     total = time.perf_counter() - t0
     from torch._dynamo.utils import counters
 
     hits = {key: dict(val) for key, val in counters.items() if key in ("inductor", "aot_autograd")}
-    return {"ok": True, "seconds": round(total, 4), "load_s": round(load_s, 4), "counters": hits}
+    return {"ok": True, "seconds": round(total, 4), "load_s": round(load_s, 4),
+            "blockmask_s": round(blockmask_s, 4), "counters": hits}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="attnforge.flex.worker")
-    ap.add_argument("action", choices=["megacache", "aoti-build", "aoti-run", "first-call", "aoti-probe"])
+    ap.add_argument(
+        "action", choices=["megacache", "precompile", "aoti-build", "aoti-run", "first-call", "aoti-probe"]
+    )
     ap.add_argument("--variant", required=True, help="the variant as JSON")
     ap.add_argument("--out")
     ap.add_argument("--package")
     ap.add_argument("--artifact")
-    ap.add_argument("--mode", default="cold", choices=["cold", "megacache", "aoti"])
+    ap.add_argument("--mode", default="cold", choices=["cold", "megacache", "precompiled", "aoti"])
     ap.add_argument("--backward", action="store_true")
     a = ap.parse_args(argv)
     faulthandler.enable()  # a segfault prints the Python stack on stderr (kept in the build manifest)
@@ -227,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.action == "megacache":
             res = megacache(v, a.out)
+        elif a.action == "precompile":
+            res = precompile(v, a.out)
         elif a.action == "aoti-build":
             res = aoti_build(v, a.out)
         elif a.action == "aoti-run":

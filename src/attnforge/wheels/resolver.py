@@ -4,7 +4,10 @@ The index is read through its PEP 691 JSON (`<url>/all/simple/flash-attn/`, `Acc
 application/vnd.pypi.simple.v1+json`; a static server without negotiation is asked for `index.json`).
 Each wheel is compared with the environment axis by axis: Python, platform, torch release family,
 accelerator (CUDA/ROCm version of the torch build), C++ ABI, profile, and with a GPU its compute
-capability (from the wheel's manifest in the index) and the driver's CUDA version.
+capability (from the wheel's manifest in the index) and the driver's CUDA version. The Python axis takes
+the interpreter/ABI tags pip accepts on that CPython (`packaging.tags`): `cp311-cp311`, `abi3`, and the
+pure-Python `py3`/`py3X` + `none` of a ROCm Triton wheel (`...-py3-none-any.whl`, which also fits any
+platform).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
 
+from packaging.tags import compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
@@ -114,6 +118,21 @@ class Env:
         )
 
 
+def interpreter_abis(python: str) -> frozenset[tuple[str, str]]:
+    """The (interpreter, ABI) tag pairs pip installs on CPython `python` ("3.11"), whatever the platform.
+
+    `cp311-cp311`, `cp311-abi3` … `cp32-abi3`, `cp311-none`, `py311-none`, `py3-none`, `py310-none` …
+    `py30-none`: `packaging.tags`, with the ABI named here rather than read from this process.
+    """
+    major, minor = (int(p) for p in python.split(".")[:2])
+    cp = f"cp{major}{minor}"
+    supported = [
+        *cpython_tags((major, minor), abis=[cp], platforms=["any"]),
+        *compatible_tags((major, minor), cp, platforms=["any"]),
+    ]
+    return frozenset((t.interpreter, t.abi) for t in supported)
+
+
 def arch_runs_on(compiled: str, device: str) -> bool:
     """Does SASS for `compiled` run on `device`? Same major, compiled minor <= device minor; sm_90a exact."""
     if compiled.startswith("gfx") or device.startswith("gfx"):
@@ -127,6 +146,8 @@ def arch_runs_on(compiled: str, device: str) -> bool:
 
 
 def _platform_ok(platform_tag: str, env: Env) -> bool:
+    if platform_tag == "any":  # pure Python: every platform
+        return True
     if not platform_tag.endswith(env.machine):
         return False
     if platform_tag.startswith("linux_"):
@@ -252,8 +273,15 @@ def check(c: Candidate, env: Env, profile: str | None) -> list[tuple[str, str]]:
     """Every axis on which `c` does not fit `env`, as (axis, explanation)."""
     problems: list[tuple[str, str]] = []
     wheel_py = ".".join(sorted(c.python_tags))
-    if env.python_tag not in c.python_tags:
-        problems.append(("python", f"wheel is for {wheel_py}, this is {env.python_tag}"))
+    accepted = interpreter_abis(env.python)
+    # a file name's tags are every interpreter x ABI x platform it lists: one axis at a time is exact
+    if not any((py, abi) in accepted for py in c.python_tags for abi in c.abi_tags):
+        if any(py == interp for py in c.python_tags for interp, _ in accepted):
+            wheel_abi = ".".join(sorted(c.abi_tags))
+            why = f"wheel is for {wheel_py} with ABI {wheel_abi}, this is {env.python_tag}"
+        else:
+            why = f"wheel is for {wheel_py}, this is {env.python_tag}"
+        problems.append(("python", why))
     if not any(_platform_ok(p, env) for p in c.platforms):
         glibc = ".".join(map(str, env.glibc)) if env.glibc else "none"
         problems.append(

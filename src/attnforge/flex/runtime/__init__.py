@@ -150,17 +150,20 @@ def attention(name: str, artifacts: str | Path | None = None, device: str | None
     call = mods.FlexCall(spec, device or spec.get("device", "cuda"))
     # forward-only variants with a working AOTInductor package (CPU ones, typically) run it: no compile at all
     packaged = aoti(name, artifacts, quiet=True) if not spec.get("backward") else None
-    return _Guarded(call, spec, packaged)
+    # otherwise a precompiled function (fwd+bwd) skips tracing and cache lookups when the inputs fit it
+    pre = precompiled_function(name, artifacts, quiet=True) if packaged is None else None
+    return _Guarded(call, spec, packaged, pre)
 
 
 class _Guarded:
     """Runs the compiled call; on a tracing/compile error warns once and uses eager flex_attention."""
 
-    def __init__(self, call: Any, spec: dict[str, Any], packaged: Any = None) -> None:
+    def __init__(self, call: Any, spec: dict[str, Any], packaged: Any = None, pre: Any = None) -> None:
         self.call = call
         self.spec = spec
         self.eager: Any = None
         self.packaged = packaged
+        self.pre = pre
         s = spec
         self.shape = ((int(s.get("batch", 1)), int(s["heads_q"]), int(s["seq_len"]), int(s["head_dim"])),
                       (int(s.get("batch", 1)), int(s["heads_kv"]), int(s["seq_len"]), int(s["head_dim"])))  # fmt: skip
@@ -175,6 +178,14 @@ class _Guarded:
         if self._fits_package(q, k):
             out = self.packaged(q, k, v)
             return out[0] if isinstance(out, (list, tuple)) else out
+        if self.pre is not None and self.eager is None:
+            from .precompiled import GuardMismatch
+
+            try:
+                c = self.call
+                return self.pre(q, k, v, c.block_mask(q.shape[-2]), c.score_mod, c.gqa)
+            except GuardMismatch:
+                pass  # other shapes/dtypes: torch.compile as usual (its caches may still hit)
         if self.eager is None:
             want = str(self.spec.get("dtype"))
             got = str(q.dtype).replace("torch.", "").replace("bfloat16", "bf16").replace("float16", "fp16")
@@ -201,9 +212,10 @@ class _Guarded:
         return self.eager(q, k, v)
 
 
-def aoti(name: str, artifacts: str | Path | None = None, quiet: bool = False) -> Any:
-    """The variant's AOTInductor package, loaded (forward only, the exact shapes it was built for), or None
-    when unusable (with a warning unless ``quiet``, and always when the environment differs)."""
+def _usable_file(name: str, key: str, what: str, artifacts: str | Path | None, quiet: bool) -> Path | None:
+    """The variant's ``key`` artifact file ("aoti", "precompiled") when it built, is intact (sha256) and was
+    built in an environment matching this one; else None (with a warning unless ``quiet``, and always
+    for a corrupted file or another environment)."""
     base = _base(artifacts)
     try:
         data = read_manifest(base)
@@ -212,32 +224,56 @@ def aoti(name: str, artifacts: str | Path | None = None, quiet: bool = False) ->
             _warn_once(f"no usable artifacts ({exc})")
         return None
     entry = next((e for e in data["variants"] if e["name"] == name), None)
-    ao = (entry or {}).get("aoti") or {}
-    if not ao.get("file") or not ao.get("ok"):
+    art = (entry or {}).get(key) or {}
+    if not art.get("file") or not art.get("ok"):
         if not quiet:
-            _warn_once(f"variant {name}: no working AOTInductor package ({ao.get('reason', 'not built')})")
+            _warn_once(f"variant {name}: no working {what} ({art.get('reason', 'not built')})")
         return None
-    path = base / ao["file"]
+    path: Path = base / str(art["file"])
     try:
-        if _sha256(path) != ao.get("sha256"):
+        if _sha256(path) != art.get("sha256"):
             raise ValueError("sha256 differs from the manifest (corrupted or replaced)")
     except (OSError, ValueError) as exc:
-        _warn_once(f"variant {name}: AOTInductor package not used: {exc}")
+        _warn_once(f"variant {name}: {what} not used: {exc}")
         return None
-    import torch
-
     from . import envkeys
 
     diff = envkeys.mismatches(data["env"], envkeys.collect(str(data["env"].get("device", "cuda"))))
     if diff:
-        _warn_once("AOTInductor package built for another environment: " + "; ".join(diff))
+        _warn_once(f"{what} built for another environment: " + "; ".join(diff))
         return None
+    return path
+
+
+def aoti(name: str, artifacts: str | Path | None = None, quiet: bool = False) -> Any:
+    """The variant's AOTInductor package, loaded (forward only, the exact shapes it was built for), or None
+    when unusable (with a warning unless ``quiet``, and always when the environment differs)."""
+    path = _usable_file(name, "aoti", "AOTInductor package", artifacts, quiet)
+    if path is None:
+        return None
+    import torch
+
     try:
-        if data["env"].get("device") == "cpu":
+        if variants(artifacts)[name].get("device") == "cpu":
             return _load_cpu_package(torch, path)
         return torch._inductor.aoti_load_package(str(path))
     except Exception as exc:
         _warn_once(f"variant {name}: AOTInductor package does not load: {exc}")
+        return None
+
+
+def precompiled_function(name: str, artifacts: str | Path | None = None, quiet: bool = False) -> Any:
+    """The variant's precompiled function (``precompiled.attend`` for its inputs, forward and backward),
+    loaded without compiling, or None when unusable (warnings as for ``aoti``)."""
+    path = _usable_file(name, "precompiled", "precompiled function", artifacts, quiet)
+    if path is None:
+        return None
+    from . import precompiled
+
+    try:
+        return precompiled.load(path, trust_cpu_isa=variants(artifacts)[name].get("device") == "cpu")
+    except Exception as exc:
+        _warn_once(f"variant {name}: precompiled function does not load: {type(exc).__name__}: {exc}")
         return None
 
 

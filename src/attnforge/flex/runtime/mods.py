@@ -182,6 +182,14 @@ class FlexCall:
         return out
 
 
+def precompile_args(
+    v: Variant, device: Any, q: torch.Tensor, k: torch.Tensor, vv: torch.Tensor, bm: Any = None
+) -> tuple[Any, ...]:
+    """The arguments ``precompiled.attend`` takes for this variant: ``(q, k, v, block_mask, score_mod, gqa)``."""
+    mask = bm if bm is not None else block_mask(v, device, q.shape[-2])
+    return (q, k, vv, mask, score_mod_for(v, device), int(v["heads_q"]) != int(v["heads_kv"]))
+
+
 class FlexModule(torch.nn.Module):  # type: ignore[misc, unused-ignore]
     """The variant as a module with its block mask fixed (what torch.export / AOTInductor takes)."""
 

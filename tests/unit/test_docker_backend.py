@@ -1,0 +1,73 @@
+"""`build_image` (shared by the docker and cibuildwheel backends) and the builder image's failure report.
+
+No Docker engine: a fake `docker` script answers `image inspect` and fails `build` with a long log.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attnforge.build.docker_backend import LOCAL_BASE, DockerBackend, build_image
+from attnforge.build.progress import ProgressView
+from attnforge.cell import Toolkit
+from attnforge.errors import EnvironmentProblem
+from attnforge.project import Project
+
+ROOT = Path(__file__).resolve().parents[2]
+MINI = str(ROOT / "tests" / "data" / "compat_mini.toml")
+
+
+def fake_docker(tmp_path: Path, images: list[str]) -> Path:
+    """A `docker` that knows `images`, fails every build after 20 lines, and records its arguments."""
+    script = tmp_path / "docker"
+    known = " ".join(shlex.quote(i) for i in images)
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {shlex.quote(str(tmp_path / "calls"))}\n'
+        'case "$1" in\n'
+        "  image) for i in " + known + '; do [ "$5" = "$i" ] && echo "sha256:$i" && exit 0; done; exit 1;;\n'
+        '  build) for n in $(seq 1 20); do echo "step $n"; done; echo "BUILDKIT=$DOCKER_BUILDKIT" >&2; exit 1;;\n'
+        "  run) echo 'ldd (Debian GLIBC 2.36-9+deb12u4) 2.36'; exit 0;;\n"
+        "esac\n"
+        "exit 2\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+def test_build_image_logs_with_buildkit(tmp_path: Path) -> None:
+    log = tmp_path / "logs" / "x.log"  # the folder is made
+    cmd = [sys.executable, "-c", "import os; print('BUILDKIT=' + os.environ['DOCKER_BUILDKIT'])"]
+    build_image(cmd, log, lambda log, tail: pytest.fail(f"no failure expected: {tail}"))
+    assert log.read_text() == "BUILDKIT=1\n"
+
+
+def test_build_image_failure_carries_the_logs_tail(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("an older build's log\n")  # overwritten, not appended to
+    code = "import sys\nfor n in range(20): print(f'line {n}', file=sys.stderr)\nsys.exit(3)"
+    with pytest.raises(EnvironmentProblem) as info:
+        build_image([sys.executable, "-c", code], log, lambda log, tail: f"it failed; log: {log}\n{tail}")
+    tail = "\n".join(f"line {n}" for n in range(8, 20))
+    assert info.value.message == f"it failed; log: {log}\n{tail}"
+    assert type(info.value) is EnvironmentProblem and "older" not in log.read_text()
+
+
+def test_builder_image_failure_message(tmp_path: Path) -> None:
+    data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
+    data["build"] |= {"output_dir": str(tmp_path / "wheels"), "local_base": True, "base_images": {}}
+    (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    backend = DockerBackend(Project(tmp_path / "matrix.yaml", MINI), str(fake_docker(tmp_path, [LOCAL_BASE])))
+    toolkit = Toolkit("cuda", "13.0")
+    with pytest.raises(EnvironmentProblem) as info, ProgressView(quiet=True) as view:
+        backend.ensure_builder(toolkit, view)
+    log = tmp_path / "wheels" / "logs" / "builder-cu130.log"
+    tail = "\n".join([*(f"step {n}" for n in range(10, 21)), "BUILDKIT=1"])
+    assert info.value.message == f"building the cuda13.0 builder image failed (log {log}):\n{tail}"
+    build = next(c for c in (tmp_path / "calls").read_text().splitlines() if c.startswith("build "))
+    assert f"BASE_IMAGE={LOCAL_BASE}" in build and "-t attnforge/cuda-builder:cu130-" in build
