@@ -206,6 +206,19 @@ def test_prune_older_than(run_cli: Run, cache: Path, output: Path) -> None:
     assert (cache / "job_memory.json").is_file()
 
 
+def test_the_test_suites_cache_is_listed_and_pruned(run_cli: Run, cache: Path, output: Path) -> None:
+    _age(_write(cache / "tests" / "venv-torch2.14.1" / "lib" / "torch.so", 80_000).parents[1], 40)
+    _age(_write(cache / "tests" / "wheels" / "x.whl", 20_000).parent, 1)
+    e = _entries(_du(run_cli, cache, output))
+    assert e["venv-torch2.14.1"]["kind"] == "test" and e["venv-torch2.14.1"]["prunable"] is True
+    assert e["wheels"]["kind"] == "test"
+    code, _, _ = run_cli(
+        "cache", "prune", "--cache-dir", str(cache), "--output-dir", str(output), "--older-than", "30d"
+    )
+    assert code == 0
+    assert sorted(p.name for p in (cache / "tests").iterdir()) == ["wheels"]
+
+
 def test_prune_removes_an_emptied_kernel_set(run_cli: Run, cache: Path, output: Path) -> None:
     code, _, _ = run_cli(
         "cache", "prune", "--cache-dir", str(cache), "--output-dir", str(output), "--max-size", "0"

@@ -19,6 +19,7 @@ KIND_ORDER = (
     "build-tree",
     "objects",
     "ccache",
+    "test",
     "log",
     "staging",
     "trash",

@@ -7,6 +7,8 @@ Layout (written by build/engine.py, sources.py and incontainer.py):
     <cache>/cells/<kernel-set key>/<cpXY>/       a cell's build tree (tree/, out/, spec.json)
     <cache>/cells/<kernel-set key>/objects/      compiled kernel objects shared by a kernel-set
     <cache>/ccache/                              ccache (when a build turns it on)
+    <cache>/tests/<item>                         the test suite's kept venvs, sdists and wheels
+                                                 ($ATTNFORGE_TEST_CACHE's default)
     <cache>/job_memory.json, .build.lock         measured job memory, the build lock (kept)
     <output>/logs/*.log                          build logs
     <output>/.staging-*, .finalized-*            leftovers of an interrupted finalize
@@ -37,7 +39,7 @@ STATE_FILES = frozenset({"job_memory.json", LOCK_NAME})
 class CacheEntry:
     """One removable unit of the cache."""
 
-    kind: str  # source, venv, build-tree, objects, ccache, log, staging, trash, state, other
+    kind: str  # source, venv, build-tree, objects, ccache, test, log, staging, trash, state, other
     path: Path
     size: int = 0  # bytes on disk (allocated blocks; a hard-linked file counts once)
     last_used: float = 0.0  # epoch seconds
@@ -128,6 +130,8 @@ def _cache_entries(cache: Path) -> list[CacheEntry]:
                 entries += _cell_group_entries(group)
         elif p.name == "ccache" and p.is_dir():
             entries.append(CacheEntry("ccache", p, note="shared by every cell"))
+        elif p.name == "tests" and p.is_dir():
+            entries += [CacheEntry("test", t, note="kept by the test suite") for t in _children(p)]
         elif p.name.endswith(TRASH_SUFFIX):
             entries.append(CacheEntry("trash", p, note="an interrupted prune"))
         elif p.name in STATE_FILES:
