@@ -23,3 +23,61 @@ def test_guards_another_process_can_check_are_kept() -> None:
         Entry("TYPE_MATCH", (), True),  # a global
     ]
     assert guard_filter(entries) == [True, True, False, False, False, False]
+
+
+class FakeCall:
+    """Stands in for mods.FlexCall (no torch): records that the normal compiled path ran."""
+
+    score_mod = None
+    gqa = False
+
+    def block_mask(self, seq_len: int) -> str:
+        return f"mask{seq_len}"
+
+    def __call__(self, q: object, k: object, v: object) -> str:
+        return "compiled"
+
+
+class Q:
+    shape = (1, 4, 256, 64)
+    dtype = "torch.bfloat16"
+
+
+def _guarded(pre: object) -> object:
+    from attnforge.flex.runtime import _Guarded
+
+    spec = {"name": "v", "dtype": "bf16", "heads_q": 4, "heads_kv": 4, "seq_len": 256, "head_dim": 64}
+    return _Guarded(FakeCall(), spec, None, pre)
+
+
+def test_a_guard_mismatch_compiles_quietly_and_keeps_the_function() -> None:
+    import warnings
+
+    from attnforge.flex.runtime.precompiled import GuardMismatch
+
+    def pre(*args: object) -> str:
+        raise GuardMismatch("other shape")
+
+    g = _guarded(pre)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert g(Q(), Q(), Q()) == "compiled"  # type: ignore[operator]
+    assert g.pre is pre  # type: ignore[attr-defined]
+
+
+def test_a_precompiled_function_that_fails_warns_once_and_is_dropped() -> None:
+    import pytest
+
+    from attnforge.flex.runtime import FlexCacheWarning
+
+    calls: list[tuple[object, ...]] = []
+
+    def pre(*args: object) -> str:
+        calls.append(args)
+        raise RuntimeError("CUDA error: no kernel image is available\nmore")
+
+    g = _guarded(pre)
+    with pytest.warns(FlexCacheWarning, match="precompiled function failed .RuntimeError: CUDA error"):
+        assert g(Q(), Q(), Q()) == "compiled"  # type: ignore[operator]
+    assert g(Q(), Q(), Q()) == "compiled" and len(calls) == 1  # type: ignore[operator]
+    assert calls[0][3] == "mask256"  # the variant's block mask for the call's sequence length

@@ -181,11 +181,15 @@ class _Guarded:
         if self.pre is not None and self.eager is None:
             from .precompiled import GuardMismatch
 
+            c = self.call
             try:
-                c = self.call
                 return self.pre(q, k, v, c.block_mask(q.shape[-2]), c.score_mod, c.gqa)
             except GuardMismatch:
                 pass  # other shapes/dtypes: torch.compile as usual (its caches may still hit)
+            except Exception as exc:  # a loaded function that cannot run here: never again, compile instead
+                self.pre = None
+                _warn_once(f"variant {self.spec['name']}: precompiled function failed "
+                           f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")  # fmt: skip
         if self.eager is None:
             want = str(self.spec.get("dtype"))
             got = str(q.dtype).replace("torch.", "").replace("bfloat16", "bf16").replace("float16", "fp16")
