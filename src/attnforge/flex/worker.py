@@ -85,6 +85,21 @@ def _classify(exc: BaseException) -> str:
     return "error"
 
 
+def _run_checked(v: dict[str, Any], run: Any, q: Any, k: Any, vv: Any) -> tuple[float, float]:
+    """Seconds of ``run()`` (compile included) plus the backward when the variant has one, and the output's
+    max error vs the fp32 reference."""
+    import torch
+
+    dev = v.get("device", "cuda")
+    t0 = time.perf_counter()
+    o = run()
+    if v.get("backward"):
+        o.backward(torch.ones_like(o))
+    _sync(dev)
+    seconds = time.perf_counter() - t0
+    return seconds, _reference_err(v, o.detach(), q.detach(), k.detach(), vv.detach())
+
+
 def megacache(v: dict[str, Any], out: str) -> dict[str, Any]:
     import torch
 
@@ -93,13 +108,7 @@ def megacache(v: dict[str, Any], out: str) -> dict[str, Any]:
     dev = v.get("device", "cuda")
     q, k, vv = mods.make_inputs(v, dev, grad=bool(v.get("backward")))
     call = mods.FlexCall(v, dev)
-    t0 = time.perf_counter()
-    o = call(q, k, vv)
-    if v.get("backward"):
-        o.backward(torch.ones_like(o))
-    _sync(dev)
-    compile_s = time.perf_counter() - t0
-    err = _reference_err(v, o.detach(), q.detach(), k.detach(), vv.detach())
+    compile_s, err = _run_checked(v, lambda: call(q, k, vv), q, k, vv)
     saved = torch.compiler.save_cache_artifacts()
     if saved is None:
         raise RuntimeError("torch.compiler.save_cache_artifacts() returned nothing (caches disabled?)")
@@ -113,23 +122,19 @@ def megacache(v: dict[str, Any], out: str) -> dict[str, Any]:
 
 def precompile(v: dict[str, Any], out: str) -> dict[str, Any]:
     """aot_compile the variant (forward+backward when declared), check it, save it to ``out``."""
-    import torch
-
     from .runtime import mods, precompiled
 
     dev = v.get("device", "cuda")
     q, k, vv = mods.make_inputs(v, dev, grad=bool(v.get("backward")))
     args = mods.precompile_args(v, dev, q, k, vv)
-    t0 = time.perf_counter()
-    fn = precompiled.compile_and_save(
-        args, out, dynamic=bool(v.get("dynamic")), mode=v.get("mode", "default")
-    )
-    o = fn(*args)
-    if v.get("backward"):
-        o.backward(torch.ones_like(o))
-    _sync(dev)
-    compile_s = time.perf_counter() - t0
-    err = _reference_err(v, o.detach(), q.detach(), k.detach(), vv.detach())
+
+    def run() -> Any:
+        fn = precompiled.compile_and_save(
+            args, out, dynamic=bool(v.get("dynamic")), mode=v.get("mode", "default")
+        )
+        return fn(*args)
+
+    compile_s, err = _run_checked(v, run, q, k, vv)
     return {"ok": True, "compile_s": round(compile_s, 3), "bytes": Path(out).stat().st_size, "max_err": err}
 
 

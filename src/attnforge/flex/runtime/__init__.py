@@ -216,10 +216,12 @@ class _Guarded:
         return self.eager(q, k, v)
 
 
-def _usable_file(name: str, key: str, what: str, artifacts: str | Path | None, quiet: bool) -> Path | None:
-    """The variant's ``key`` artifact file ("aoti", "precompiled") when it built, is intact (sha256) and was
-    built in an environment matching this one; else None (with a warning unless ``quiet``, and always
-    for a corrupted file or another environment)."""
+def _usable_file(
+    name: str, key: str, what: str, artifacts: str | Path | None, quiet: bool
+) -> tuple[Path, str] | None:
+    """The variant's ``key`` artifact file ("aoti", "precompiled") and the device it was built for, when it
+    built, is intact (sha256) and was built in an environment matching this one; else None (with a warning
+    unless ``quiet``, and always for a corrupted file or another environment)."""
     base = _base(artifacts)
     try:
         data = read_manifest(base)
@@ -246,19 +248,20 @@ def _usable_file(name: str, key: str, what: str, artifacts: str | Path | None, q
     if diff:
         _warn_once(f"{what} built for another environment: " + "; ".join(diff))
         return None
-    return path
+    return path, str((entry or {}).get("spec", {}).get("device", data["env"].get("device", "cuda")))
 
 
 def aoti(name: str, artifacts: str | Path | None = None, quiet: bool = False) -> Any:
     """The variant's AOTInductor package, loaded (forward only, the exact shapes it was built for), or None
     when unusable (with a warning unless ``quiet``, and always when the environment differs)."""
-    path = _usable_file(name, "aoti", "AOTInductor package", artifacts, quiet)
-    if path is None:
+    found = _usable_file(name, "aoti", "AOTInductor package", artifacts, quiet)
+    if found is None:
         return None
+    path, device = found
     import torch
 
     try:
-        if variants(artifacts)[name].get("device") == "cpu":
+        if device == "cpu":
             return _load_cpu_package(torch, path)
         return torch._inductor.aoti_load_package(str(path))
     except Exception as exc:
@@ -269,13 +272,14 @@ def aoti(name: str, artifacts: str | Path | None = None, quiet: bool = False) ->
 def precompiled_function(name: str, artifacts: str | Path | None = None, quiet: bool = False) -> Any:
     """The variant's precompiled function (``precompiled.attend`` for its inputs, forward and backward),
     loaded without compiling, or None when unusable (warnings as for ``aoti``)."""
-    path = _usable_file(name, "precompiled", "precompiled function", artifacts, quiet)
-    if path is None:
+    found = _usable_file(name, "precompiled", "precompiled function", artifacts, quiet)
+    if found is None:
         return None
+    path, device = found
     from . import precompiled
 
     try:
-        return precompiled.load(path, trust_cpu_isa=variants(artifacts)[name].get("device") == "cpu")
+        return precompiled.load(path, trust_cpu_isa=device == "cpu")
     except Exception as exc:
         _warn_once(f"variant {name}: precompiled function does not load: {type(exc).__name__}: {exc}")
         return None
