@@ -76,6 +76,11 @@ def impls(fa_ok: Any) -> dict[str, Any]:
 
     out["sdpa_flash"] = sdpa_with(SDPBackend.FLASH_ATTENTION)
     out["sdpa_cudnn"] = sdpa_with(SDPBackend.CUDNN_ATTENTION)
+    # one static-shape graph per (shape, causal, grad): 3 shapes x 2 x 2 is past Dynamo's default recompile
+    # limit (8), after which flex_attention silently ran eager (session 4: 4-8 TFLOP/s and an OOM at d64)
+    for knob in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, max(64, getattr(torch._dynamo.config, knob)))
     flex_c = torch.compile(flex_attention, dynamic=False)
     masks: dict[tuple[int, bool], Any] = {}
 

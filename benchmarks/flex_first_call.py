@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -78,7 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--precompile-again", action="store_true",
                     help="with --reuse: redo only the precompiled functions in --work, time nothing")  # fmt: skip
+    ap.add_argument("--compile-threads", type=int, default=None,
+                    help="TORCHINDUCTOR_COMPILE_THREADS for the timed processes (1: no compile worker pool)")  # fmt: skip
     a = ap.parse_args(argv)
+    if a.compile_threads is not None:
+        os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(a.compile_threads)
     work = a.work or Path(tempfile.mkdtemp(prefix="flex-first-call-"))
     work.mkdir(parents=True, exist_ok=True)
     vs = variants(a.device, [m for m in a.masks.split(",") if m])
@@ -117,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.cuda.get_device_name() if a.device == "cuda" else f"cpu ({_cpu()})"
     art = {v["name"]: (work / ("build-bwd" if v["backward"] else "build") / "artifacts") for v in vs}
     rows = []
+    load0 = os.getloadavg()[0]
     for v in vs:
         e = entries[v["name"]]
         mode = "fwd+bwd" if v["backward"] else "fwd"
@@ -152,10 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                  "precompiled": pc.get("reason") or "ok",
                  "errors": [f"{k}: {r.get('error')}" for k, r in timed.items() if r and not r.get("ok")]}  # fmt: skip
         print(json.dumps(row), json.dumps(notes)[:600], flush=True)
-        res = write(
-            a.out, device, torch.__version__, rows, a.device
-        )  # after every row: partial results survive
-    res = write(a.out, device, torch.__version__, rows, a.device)
+        res = write(a.out, device, torch.__version__, rows, a.device, load0)  # partial results survive
+    res = write(a.out, device, torch.__version__, rows, a.device, load0)
     print(json.dumps(res, indent=1))
     return 0
 
@@ -174,7 +178,7 @@ def best_speedup(rows: list[dict[str, Any]], device: str) -> float | None:
 
 
 def write(
-    out: Path, device_name: str, torch_version: str, rows: list[dict[str, Any]], device: str
+    out: Path, device_name: str, torch_version: str, rows: list[dict[str, Any]], device: str, load0: float
 ) -> dict[str, Any]:
     res = {
         "device": device_name,
@@ -182,6 +186,13 @@ def write(
         "rows": rows,
         "best_speedup": best_speedup(rows, device),
         "command": "python benchmarks/flex_first_call.py " + " ".join(sys.argv[1:]),
+        # 1-min load average when timing began and now, against the core count: an idle machine or not
+        "machine_load": {
+            "loadavg_start": round(load0, 2),
+            "loadavg_end": round(os.getloadavg()[0], 2),
+            "cores": os.cpu_count(),
+            "compile_threads": os.environ.get("TORCHINDUCTOR_COMPILE_THREADS", "default"),
+        },
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")

@@ -49,6 +49,7 @@ if spec.get("backward"):
     out.backward(torch.ones_like(out))
 sync()
 dt = time.perf_counter() - t0
+used = getattr(fn, "used", None) or used  # what the call actually ran (a failed guard compiles)
 ref = mods.FlexCall(spec, dev, compiled=False)(q.detach(), k.detach(), v.detach())
 print(json.dumps({"s": dt, "used": used, "max_err": float((out.detach().float() - ref.float()).abs().max())}))
 """

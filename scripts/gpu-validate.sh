@@ -152,8 +152,11 @@ if [ -n "$WAIT_PID" ]; then
   while kill -0 "$WAIT_PID" 2>/dev/null; do sleep 5; done
 fi
 if [ -z "$WHEEL" ] && [ -n "$WHEEL_GLOB" ]; then
-  # shellcheck disable=SC2086
-  WHEEL="$(ls -t $WHEEL_GLOB 2>/dev/null | grep -v '\.manifest\.json$' | head -1)"
+  # the newest wheel matching the glob (its manifest beside it is not a wheel)
+  for w in $WHEEL_GLOB; do
+    case "$w" in *.manifest.json) continue;; esac
+    [ -f "$w" ] && { [ -z "$WHEEL" ] || [ "$w" -nt "$WHEEL" ]; } && WHEEL="$w"
+  done
   [ -n "$WHEEL" ] || fail "no wheel matches $WHEEL_GLOB" 4
 fi
 if [ -n "$WHEEL" ] && [ -z "$MANIFEST" ] && [ -f "$WHEEL.manifest.json" ]; then MANIFEST="$WHEEL.manifest.json"; fi

@@ -34,17 +34,20 @@ q, k, v = (torch.randn(1, h, 256, 64, generator=torch.Generator().manual_seed(i)
 t0 = time.perf_counter()
 with warnings.catch_warnings(record=True) as w:
     warnings.simplefilter("always")
+    used = "compile"
     if mode == "cold":
         from attnforge.flex.runtime import mods
         out = mods.FlexCall(json.loads(sys.argv[2]), "cpu")(q, k, v)
     else:
         import attnforge_flex
         res = attnforge_flex.load()
-        out = attnforge_flex.attention("cpu-causal-bf16")(q, k, v)
+        fn = attnforge_flex.attention("cpu-causal-bf16")
+        out = fn(q, k, v)
+        used = fn.used
 dt = time.perf_counter() - t0
 ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
 print(json.dumps({"s": dt, "err": float((out.float() - ref).abs().max()), "warnings": [str(x.message) for x in w
-      if "attnforge_flex" in str(x.message)], "loaded": None if mode == "cold" else res.loaded}))
+      if "attnforge_flex" in str(x.message)], "loaded": None if mode == "cold" else res.loaded, "used": used}))
 """
 
 
@@ -82,10 +85,23 @@ def test_wheel_holds_loader_artifacts_and_versions(built: dict) -> None:
     assert "attnforge_flex/__init__.py" in names and "attnforge_flex/mods.py" in names
     assert "attnforge_flex/artifacts/manifest.json" in names
     assert "attnforge_flex/artifacts/cpu-causal-bf16.megacache.bin" in names
+    assert "attnforge_flex/artifacts/cpu-causal-bf16.pt2" in names
+    # session 4 found the precompiled function missing from the wheel: the loader then compiled
+    assert "attnforge_flex/artifacts/cpu-causal-bf16.precompiled.bin" in names
     [entry] = built["manifest"]["variants"]
     assert entry["megacache"]["max_err"] < 0.05
     env = built["manifest"]["env"]
     assert env["torch"] == torch.__version__ and env["device"] == "cpu" and env["cpu_capability"]
+
+
+def test_installed_wheel_loads_its_precompiled_function(built: dict) -> None:
+    code = ("import attnforge_flex, json; fn = attnforge_flex.precompiled_function('cpu-causal-bf16'); "
+            "print(json.dumps({'pre': fn is not None, 'from': attnforge_flex.__file__}))")  # fmt: skip
+    p = subprocess.run([str(built["venv"]), "-c", code], capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(built["root"] / "cache-pre")))  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r["pre"] and "site-packages" in r["from"], (r, p.stderr[-2000:])
 
 
 def test_loaded_first_call_is_faster_than_cold(built: dict) -> None:
@@ -93,6 +109,7 @@ def test_loaded_first_call_is_faster_than_cold(built: dict) -> None:
     cold = _run(sys.executable, "cold", json.dumps(VARIANT), cache=root / "cache-cold")
     loaded = _run(built["venv"], "loaded", cache=root / "cache-loaded")
     assert loaded["loaded"] == ["cpu-causal-bf16"] and not loaded["warnings"]
+    assert loaded["used"] == "aoti", loaded  # the forward-only variant runs its AOTInductor package
     assert cold["err"] < 0.05 and loaded["err"] < 0.05
     assert loaded["s"] < cold["s"], f"first call with the wheel {loaded['s']:.1f} s, cold {cold['s']:.1f} s"
     print(f"first call: cold {cold['s']:.2f} s, with attnforge-flex-kernels {loaded['s']:.2f} s")

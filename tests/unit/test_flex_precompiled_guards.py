@@ -62,7 +62,13 @@ def test_a_guard_mismatch_compiles_quietly_and_keeps_the_function() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert g(Q(), Q(), Q()) == "compiled"  # type: ignore[operator]
-    assert g.pre is pre  # type: ignore[attr-defined]
+    assert g.pre is pre and g.used == "compile"  # type: ignore[attr-defined]
+
+
+def test_a_fitting_call_runs_the_precompiled_function_and_says_so() -> None:
+    g = _guarded(lambda *args: "precompiled")
+    assert g.used is None  # type: ignore[attr-defined]
+    assert g(Q(), Q(), Q()) == "precompiled" and g.used == "precompiled"  # type: ignore[operator, attr-defined]
 
 
 def test_a_precompiled_function_that_fails_warns_once_and_is_dropped() -> None:

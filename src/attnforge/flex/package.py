@@ -1,7 +1,8 @@
 """Package built Flex artifacts as the ``attnforge-flex-kernels`` wheel (setuptools via ``pip wheel``).
 
 The wheel holds the ``attnforge_flex`` package (the loader, ``attnforge.flex.runtime`` copied verbatim) and
-its ``artifacts/`` folder. Its local version names torch, toolkit and arch (``0.1.0+torch2.11.cu130.sm90``);
+its ``artifacts/`` folder (the manifest and each variant's Mega-Cache, precompiled function and AOTInductor
+package, where built). Its local version names torch, toolkit and arch (``0.1.0+torch2.11.cu130.sm90``);
 a family other than ``default`` is prepended (``+swa.torch2.11.cu130.sm90``).
 """
 
@@ -52,7 +53,8 @@ FlexAttention variants compiled ahead of time by attnforge for {env_line}.
 ```python
 import attnforge_flex
 attnforge_flex.load()                     # Mega-Cache artifacts into torch's compile caches
-fn = attnforge_flex.attention("{first}")  # torch.compile(flex_attention) with that variant's mask
+fn = attnforge_flex.attention("{first}")  # runs the AOTInductor package (fwd) or the precompiled
+                                          # function (fwd+bwd) for the built shape, else torch.compile
 ```
 
 Variants: {variants}. Built {created}. In another environment `load()` warns once and loads nothing.
@@ -84,7 +86,7 @@ def write_project(artifacts: Path, project: Path) -> dict[str, Any]:
     dest.mkdir()
     files = {MANIFEST}
     for e in manifest["variants"]:
-        for key in ("megacache", "aoti"):
+        for key in ("megacache", "precompiled", "aoti"):
             f = (e.get(key) or {}).get("file")
             if f:
                 files.add(f)

@@ -159,9 +159,11 @@ def aoti_run(v: dict[str, Any], package: str) -> dict[str, Any]:
 
     dev = v.get("device", "cuda")
     q, k, vv = mods.make_inputs(v, dev)
+    from .runtime import load_package  # as attnforge_flex loads it: no vector-ISA probe
+
     print("aoti-run: loading package", flush=True)
     t0 = time.perf_counter()
-    fn = torch._inductor.aoti_load_package(package)
+    fn = load_package(torch, Path(package))
     load_s = time.perf_counter() - t0
     print("aoti-run: loaded; running", flush=True)
     o = fn(q, k, vv)
@@ -216,12 +218,9 @@ def first_call(v: dict[str, Any], mode: str, artifact: str | None, backward: boo
     if mode == "aoti":
         if backward:
             raise ValueError("AOTInductor packages are forward only")
-        if dev == "cpu":  # as attnforge_flex loads it: no vector-ISA probe compile (capability recorded)
-            from .runtime import _load_cpu_package
+        from .runtime import load_package  # as attnforge_flex loads it: no vector-ISA probe
 
-            fn: Any = _load_cpu_package(torch, Path(str(artifact)))
-        else:
-            fn = torch._inductor.aoti_load_package(str(artifact))
+        fn: Any = load_package(torch, Path(str(artifact)))
         load_s = time.perf_counter() - t0
         o = fn(q, k, vv)
     elif mode == "precompiled":

@@ -164,6 +164,7 @@ class _Guarded:
         self.eager: Any = None
         self.packaged = packaged
         self.pre = pre
+        self.used: str | None = None  # what the last call ran: "aoti", "precompiled", "compile" or "eager"
         s = spec
         self.shape = ((int(s.get("batch", 1)), int(s["heads_q"]), int(s["seq_len"]), int(s["head_dim"])),
                       (int(s.get("batch", 1)), int(s["heads_kv"]), int(s["seq_len"]), int(s["head_dim"])))  # fmt: skip
@@ -176,6 +177,7 @@ class _Guarded:
 
     def __call__(self, q: Any, k: Any, v: Any) -> Any:
         if self._fits_package(q, k):
+            self.used = "aoti"
             out = self.packaged(q, k, v)
             return out[0] if isinstance(out, (list, tuple)) else out
         if self.pre is not None and self.eager is None:
@@ -183,7 +185,9 @@ class _Guarded:
 
             c = self.call
             try:
-                return self.pre(q, k, v, c.block_mask(q.shape[-2]), c.score_mod, c.gqa)
+                out = self.pre(q, k, v, c.block_mask(q.shape[-2]), c.score_mod, c.gqa)
+                self.used = "precompiled"
+                return out
             except GuardMismatch:
                 pass  # other shapes/dtypes: torch.compile as usual (its caches may still hit)
             except Exception as exc:  # a loaded function that cannot run here: never again, compile instead
@@ -196,6 +200,7 @@ class _Guarded:
             if got != want:
                 _warn_once(f"variant {self.spec['name']}: built for {want}, called with {got} (no cache hit)")
             try:
+                self.used = "compile"
                 return self.call(q, k, v)
             except Exception as exc:
                 if type(exc).__name__ not in (
@@ -213,6 +218,7 @@ class _Guarded:
                 from . import mods
 
                 self.eager = mods.FlexCall(self.spec, self.call.device, compiled=False)
+        self.used = "eager"
         return self.eager(q, k, v)
 
 
@@ -257,13 +263,11 @@ def aoti(name: str, artifacts: str | Path | None = None, quiet: bool = False) ->
     found = _usable_file(name, "aoti", "AOTInductor package", artifacts, quiet)
     if found is None:
         return None
-    path, device = found
+    path, _device = found
     import torch
 
     try:
-        if device == "cpu":
-            return _load_cpu_package(torch, path)
-        return torch._inductor.aoti_load_package(str(path))
+        return load_package(torch, path)
     except Exception as exc:
         _warn_once(f"variant {name}: AOTInductor package does not load: {exc}")
         return None
@@ -285,10 +289,24 @@ def precompiled_function(name: str, artifacts: str | Path | None = None, quiet: 
         return None
 
 
-def _load_cpu_package(torch: Any, path: Path) -> Any:
-    """Load a CPU package without Inductor's vector-ISA probe (it compiles test programs, ~8 s, and needs a C++
-    compiler): the recorded ``cpu_capability`` already matched this CPU's, so the ISA is trusted. The probe's
-    answer is cached for the process, as it would be after a normal compile."""
+def load_package(torch: Any, path: Path) -> Any:
+    """Load an AOTInductor package: a callable ``fn(q, k, v)`` returning the package's outputs (a list).
+
+    First through torch's C++ package loader directly (``torch._C._aoti.AOTIModelPackageLoader``): it only
+    opens the archive and ``dlopen``s the compiled model, milliseconds, where ``aoti_load_package`` first
+    imports ``torch._inductor`` (1.35 s on CI's CPU) and runs Inductor's CPU vector-ISA probe. That probe is
+    only used there to warn when the package's recorded CPU ISA differs (attnforge's manifest checks the
+    environment instead) and compiles and loads a test program per ISA, each in a fresh Python that imports
+    torch: 8 s on CI's CPU, about 60 s on the H100 machine (session 4), CUDA packages included. A package
+    whose call spec is not plain positional tensors, or a torch without that loader, goes through
+    ``aoti_load_package`` with the probe skipped (``cpp.vec_isa_ok``; the ISA list is still filtered by the
+    CPU's flags, and the answer is cached for the process as after a normal compile).
+    """
+    raw = getattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader", None)
+    if raw is not None:
+        loader = raw(str(path), "model", False, 1, -1)
+        if _positional_tensors_only(torch, loader):
+            return _PackageRunner(loader)
     from torch._inductor import config as inductor_config
 
     before = inductor_config.cpp.vec_isa_ok
@@ -298,3 +316,25 @@ def _load_cpu_package(torch: Any, path: Path) -> Any:
         return torch._inductor.aoti_load_package(str(path))
     finally:
         inductor_config.cpp.vec_isa_ok = before
+
+
+def _positional_tensors_only(torch: Any, loader: Any) -> bool:
+    """Whether the package is called as ``fn(t1, ..., tn)`` and returns a flat list (what FlexModule exports)."""
+    from torch.utils import _pytree as pytree
+
+    try:
+        in_spec, out_spec = (pytree.treespec_loads(s) for s in loader.get_call_spec())
+    except Exception:
+        return False
+    n = in_spec.num_leaves
+    return bool(in_spec == pytree.tree_structure((tuple(range(n)), {})) and out_spec.num_leaves >= 1)
+
+
+class _PackageRunner:
+    """An AOTInductor package run through the C++ loader: positional tensors in, a list of tensors out."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def __call__(self, *args: Any) -> Any:
+        return self.loader.boxed_run(list(args))

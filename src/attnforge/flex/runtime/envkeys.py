@@ -16,6 +16,15 @@ INFO_ONLY = ("driver", "gpu", "cpu", "cxx")
 
 
 def _triton_version() -> str | None:
+    """Triton's version from its distribution's metadata, without importing triton (an import that a call
+    served by an AOTInductor package otherwise never pays); the module's when no distribution is found."""
+    from importlib import metadata
+
+    for dist in ("triton", "pytorch-triton", "pytorch-triton-rocm", "triton-rocm"):
+        try:
+            return metadata.version(dist).split("+", 1)[0]
+        except metadata.PackageNotFoundError:
+            continue
     try:
         import triton
 

@@ -159,17 +159,27 @@ def compiled_flex(v: Variant) -> Callable[..., Any]:
 
 
 class FlexCall:
-    """A variant made callable: ``fn(q, k, v)`` runs the compiled (or eager) flex_attention."""
+    """A variant made callable: ``fn(q, k, v)`` runs the compiled (or eager) flex_attention.
+
+    ``torch.compile`` is called at the first call, not here: it imports Dynamo and Inductor (about 2 s on the
+    CI machine), which a call served by an AOTInductor package never needs."""
 
     def __init__(self, v: Variant, device: Any, compiled: bool = True) -> None:
-        from torch.nn.attention.flex_attention import flex_attention
-
         self.variant = v
         self.device = device
+        self.compiled = compiled
         self.score_mod = score_mod_for(v, device)
-        self.fn = compiled_flex(v) if compiled else flex_attention
+        self._fn: Callable[..., Any] | None = None
         self._masks: dict[int, Any] = {}
         self.gqa = int(v["heads_q"]) != int(v["heads_kv"])
+
+    @property
+    def fn(self) -> Callable[..., Any]:
+        if self._fn is None:
+            from torch.nn.attention.flex_attention import flex_attention
+
+            self._fn = compiled_flex(self.variant) if self.compiled else flex_attention
+        return self._fn
 
     def block_mask(self, seq_len: int) -> Any:
         if seq_len not in self._masks:
