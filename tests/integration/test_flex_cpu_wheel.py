@@ -95,12 +95,16 @@ def test_wheel_holds_loader_artifacts_and_versions(built: dict) -> None:
 
 
 def test_installed_wheel_loads_its_precompiled_function(built: dict) -> None:
-    code = ("import attnforge_flex, json; fn = attnforge_flex.precompiled_function('cpu-causal-bf16'); "
-            "print(json.dumps({'pre': fn is not None, 'from': attnforge_flex.__file__}))")  # fmt: skip
-    p = subprocess.run([str(built["venv"]), "-c", code], capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(built["root"] / "cache-pre")))  # fmt: skip
+    code = ("import attnforge_flex, json, importlib.util; fn = attnforge_flex.precompiled_function('cpu-causal-bf16'); "
+            "print(json.dumps({'pre': fn is not None, 'from': attnforge_flex.__file__, "
+            "'attnforge': importlib.util.find_spec('attnforge') is not None}))")  # fmt: skip
+    # no attnforge in that process (no PYTHONPATH to the sources): the saved guards must name the wheel's modules
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(built["root"] / "cache-pre")
+    p = subprocess.run([str(built["venv"]), "-c", code], capture_output=True, text=True, timeout=600, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert not r["attnforge"], r
     assert r["pre"] and "site-packages" in r["from"], (r, p.stderr[-2000:])
 
 

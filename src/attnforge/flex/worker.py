@@ -121,9 +121,15 @@ def megacache(v: dict[str, Any], out: str) -> dict[str, Any]:
 
 
 def precompile(v: dict[str, Any], out: str) -> dict[str, Any]:
-    """aot_compile the variant (forward+backward when declared), check it, save it to ``out``."""
-    from .runtime import mods, precompiled
+    """aot_compile the variant (forward+backward when declared), check it, save it to ``out``. Built with the
+    runtime under the wheel's import name, so the saved guards name modules the wheel has."""
+    import importlib
 
+    from .runtime.precompiled import WHEEL_PACKAGE, wheel_package
+
+    wheel_package(source_first=True)
+    mods = importlib.import_module(f"{WHEEL_PACKAGE}.mods")
+    precompiled = importlib.import_module(f"{WHEEL_PACKAGE}.precompiled")
     dev = v.get("device", "cuda")
     q, k, vv = mods.make_inputs(v, dev, grad=bool(v.get("backward")))
     args = mods.precompile_args(v, dev, q, k, vv)

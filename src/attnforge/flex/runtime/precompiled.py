@@ -16,6 +16,41 @@ from typing import Any
 
 # guard kinds that hold object identities or dict versions of the building process: never serializable
 _PROCESS_LOCAL = ("ID_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE", "DICT_VERSION")
+# the loader's import name in the attnforge-flex-kernels wheel
+WHEEL_PACKAGE = "attnforge_flex"
+
+
+def wheel_package(*, source_first: bool) -> Any:
+    """This loader package under the wheel's import name (``attnforge_flex``), imported when needed.
+
+    A saved function's guards name the modules of the functions they hold (``attend``, the mask and score
+    mods) and import them at load. Built from attnforge's sources those would be ``attnforge.flex.runtime.*``,
+    which a machine with only the wheel lacks (CI found it). So functions are built with this package loaded
+    under the wheel's name (``source_first``: always this source folder, never an installed wheel), and loaded
+    with that name importable: the wheel itself, an installed wheel, or else this folder under that name.
+    """
+    import importlib
+    import importlib.util
+    import sys
+
+    if WHEEL_PACKAGE in sys.modules:
+        return sys.modules[WHEEL_PACKAGE]
+    if not source_first and importlib.util.find_spec(WHEEL_PACKAGE) is not None:
+        return importlib.import_module(WHEEL_PACKAGE)
+    here = Path(__file__).resolve().parent
+    spec = importlib.util.spec_from_file_location(
+        WHEEL_PACKAGE, here / "__init__.py", submodule_search_locations=[str(here)]
+    )
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {here} as {WHEEL_PACKAGE}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[WHEEL_PACKAGE] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[WHEEL_PACKAGE]
+        raise
+    return mod
 
 
 class GuardMismatch(RuntimeError):
@@ -97,6 +132,7 @@ def load(path: str | Path, *, trust_cpu_isa: bool = False) -> Callable[..., Any]
     why = supported()
     if why:
         raise RuntimeError(why)
+    wheel_package(source_first=False)  # the modules the saved guards name
     before = inductor_config.cpp.vec_isa_ok
     if trust_cpu_isa and before is None:
         inductor_config.cpp.vec_isa_ok = True
