@@ -53,10 +53,10 @@ def variants(device: str, masks: list[str]) -> list[dict[str, Any]]:
 
 
 def first_call(
-    python: str, v: dict[str, Any], mode: str, artifact: Path | None, work: Path
+    python: str, v: dict[str, Any], mode: str, artifact: Path | None, work: Path, steady: int = 0
 ) -> dict[str, Any]:
     args = (
-        ["--mode", mode]
+        ["--mode", mode, "--steady", str(steady)]
         + (["--artifact", str(artifact)] if artifact else [])
         + (["--backward"] if v["backward"] else [])
     )
@@ -81,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --reuse: redo only the precompiled functions in --work, time nothing")  # fmt: skip
     ap.add_argument("--compile-threads", type=int, default=None,
                     help="TORCHINDUCTOR_COMPILE_THREADS for the timed processes (1: no compile worker pool)")  # fmt: skip
+    ap.add_argument("--steady", type=int, default=20,
+                    help="after the first call, time this many more in the same process (median: steady_ms)")  # fmt: skip
     a = ap.parse_args(argv)
     if a.compile_threads is not None:
         os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(a.compile_threads)
@@ -126,18 +128,21 @@ def main(argv: list[str] | None = None) -> int:
     for v in vs:
         e = entries[v["name"]]
         mode = "fwd+bwd" if v["backward"] else "fwd"
-        cold = first_call(sys.executable, v, "cold", None, work)
+        n = a.steady
+        cold = first_call(sys.executable, v, "cold", None, work, n)
         mc = e.get("megacache") or {}
-        mega = first_call(sys.executable, v, "megacache", art[v["name"]] / mc["file"], work) if mc else {}
+        mega = first_call(sys.executable, v, "megacache", art[v["name"]] / mc["file"], work, n) if mc else {}
         pc = e.get("precompiled") or {}
         prec = (
-            first_call(sys.executable, v, "precompiled", art[v["name"]] / pc["file"], work)
+            first_call(sys.executable, v, "precompiled", art[v["name"]] / pc["file"], work, n)
             if pc.get("ok")
             else {}
         )
         ao = e.get("aoti") or {}
         aoti = (
-            first_call(sys.executable, v, "aoti", art[v["name"]] / ao["file"], work) if ao.get("ok") else {}
+            first_call(sys.executable, v, "aoti", art[v["name"]] / ao["file"], work, n)
+            if ao.get("ok")
+            else {}
         )
         timed = {"cold": cold, "megacache": mega, "precompiled": prec, "aoti": aoti}
         row = {
@@ -152,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
                 for k, r in timed.items()
                 if r and r.get("ok")
             },
+            # median ms of the calls after the first, and each loaded path's speed relative to cold-compiled
+            "steady_ms": {k: r.get("steady_ms") for k, r in timed.items() if r and r.get("ok")},
+            "steady_vs_cold": steady_ratios(timed),
         }
         rows.append(row)
         notes = {"megacache_hits": (mega.get("counters") or {}), "aoti": ao.get("reason") or "ok",
@@ -162,6 +170,16 @@ def main(argv: list[str] | None = None) -> int:
     res = write(a.out, device, torch.__version__, rows, a.device, load0)
     print(json.dumps(res, indent=1))
     return 0
+
+
+def steady_ratios(timed: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """cold-compiled steady ms / each loaded path's (1.0 = as fast; the goal is within 2%)."""
+    base = (timed.get("cold") or {}).get("steady_ms")
+    return {
+        k: round(base / r["steady_ms"], 3)
+        for k, r in timed.items()
+        if k != "cold" and base and r and r.get("ok") and r.get("steady_ms")
+    }
 
 
 def best_speedup(rows: list[dict[str, Any]], device: str) -> float | None:

@@ -96,9 +96,9 @@ run_narrow() {
 # command lines do not name the build folder): #6 is done, the Flex first-call numbers came out contended
 # (reports/gpu/README.md). The next hold is Flex only, nothing alongside: (1) the artifacts (Mega-Cache,
 # precompiled function, AOTInductor; about 8 min), (2) the timed fresh processes (cold vs Mega-Cache vs
-# precompiled vs AOTInductor), (3) the attnforge-flex-kernels wheel's first call in a fresh venv, (4) the
-# timing again with TORCHINDUCTOR_COMPILE_THREADS=1 (no compile worker pool at load). About 25 min; each
-# step's result is kept as it lands.
+# precompiled vs AOTInductor), (3) the attnforge-flex-kernels wheel's first call in a fresh venv (fwd+bwd
+# variants, then fwd ones), (4) the timing again with TORCHINDUCTOR_COMPILE_THREADS=1 (no compile worker pool
+# at load). About 25 min; each step's result is kept as it lands.
 run_flex() {
   cd "$ROOT" || exit 5
   "$PY" -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl > "$R/pip.log" 2>&1
@@ -112,6 +112,9 @@ run_flex() {
   "$PY" benchmarks/flex_wheel_first_call.py --artifacts /tmp/fc/build-bwd/artifacts --work /tmp/fcw \
     --out "$R/flex_wheel_first_call.json" > "$R/flex-wheel.log" 2>&1
   echo "$?" > "$R/flexwheel.rc"
+  "$PY" benchmarks/flex_wheel_first_call.py --artifacts /tmp/fc/build/artifacts --work /tmp/fcw-fwd \
+    --out "$R/flex_wheel_first_call_fwd.json" > "$R/flex-wheel-fwd.log" 2>&1
+  echo "$?" > "$R/flexwheelfwd.rc"
   "$PY" benchmarks/flex_first_call.py --device cuda --reuse --compile-threads 1 --work /tmp/fc \
     --out "$R/flex_first_call_1t.json" > "$R/flex-first-call-1t.log" 2>&1
   echo "$?" > "$R/firstcall1t.rc"
@@ -122,13 +125,19 @@ collect() {
   [ -n "${OUT:-}" ] || { echo "collect: \$OUT is not set" >&2; return 2; }
   tail -5 "$R/gv.log" 2>/dev/null
   for f in "$R"/*.rc; do [ -f "$f" ] && echo "$(basename "$f"): $(cat "$f")"; done
-  tail -3 "$R/parity-narrow.log" "$R/flex-first-call.log" "$R/flex-wheel.log" "$R/flex-first-call-1t.log" 2>/dev/null
+  tail -3 "$R/parity-narrow.log" "$R/flex-first-call.log" "$R/flex-wheel.log" "$R/flex-wheel-fwd.log" \
+    "$R/flex-first-call-1t.log" 2>/dev/null
   ls "$R" 2>/dev/null
   tar -czf "$OUT/h100-hold.tar.gz" -C "$(dirname "$R")" "$(basename "$R")" \
     -C /tmp/attnforge-gpu-validate logs 2>/dev/null
   # at most 8 files come back (the device tool's limit): the tarball holds everything, these are the headlines
-  cp "$R"/gv/parity.json "$R"/flex_first_call.json "$R"/flex_first_call_1t.json "$R"/flex_wheel_first_call.json \
-    "$R"/gv/attention_h100.json "$R"/gv/attention_h100.md "$R"/gv/attention_h100.png "$OUT/" 2>/dev/null
+  if [ -d "$R/gv" ]; then
+    cp "$R"/gv/parity.json "$R"/gv/attention_h100.json "$R"/gv/attention_h100.md "$R"/gv/attention_h100.png \
+      "$R"/flex_first_call.json "$R"/flex_wheel_first_call.json "$OUT/" 2>/dev/null
+  else
+    cp "$R"/flex_first_call.json "$R"/flex_first_call_1t.json "$R"/flex_wheel_first_call.json \
+      "$R"/flex_wheel_first_call_fwd.json "$R"/flex-first-call-builds.json "$OUT/" 2>/dev/null
+  fi
   return 0
 }
 

@@ -12,7 +12,7 @@ Actions:
   aoti-build --variant JSON --out FILE.pt2     torch.export + aoti_compile_and_package (forward)
   aoti-run   --variant JSON --package FILE     aoti_load_package + run + check against eager
   first-call --variant JSON --mode cold|megacache|precompiled|aoti [--artifact FILE] [--backward]
-                                               time the first call in this (fresh) process
+             [--steady N]                      time the first call in this (fresh) process (then N more)
   aoti-probe --variant JSON --out FILE.pt2     the minimal AOTInductor round trip without FlexAttention
                                                (a Linear + GELU): tells a Flex-specific crash from a
                                                general one
@@ -209,9 +209,14 @@ def aoti_probe(v: dict[str, Any], out: str) -> dict[str, Any]:
     return {"ok": True, "build_s": round(build_s, 3), "max_err": err}
 
 
-def first_call(v: dict[str, Any], mode: str, artifact: str | None, backward: bool) -> dict[str, Any]:
+def first_call(
+    v: dict[str, Any], mode: str, artifact: str | None, backward: bool, steady: int = 0
+) -> dict[str, Any]:
     """Seconds of the first call (fwd or fwd+bwd), loading of the artifact and the block mask included
-    (``blockmask_s`` and ``load_s`` say how much of it they took)."""
+    (``blockmask_s`` and ``load_s`` say how much of it they took); with ``steady`` > 0, the median of that
+    many further calls (``steady_ms``), to compare the loaded kernels' speed with the cold-compiled ones."""
+    import statistics
+
     import torch
 
     from .runtime import mods
@@ -221,14 +226,17 @@ def first_call(v: dict[str, Any], mode: str, artifact: str | None, backward: boo
     _sync(dev)
     t0 = time.perf_counter()
     load_s = blockmask_s = 0.0
+    step: Any
     if mode == "aoti":
         if backward:
             raise ValueError("AOTInductor packages are forward only")
         from .runtime import load_package  # as attnforge_flex loads it: no vector-ISA probe
 
-        fn: Any = load_package(torch, Path(str(artifact)))
+        package = load_package(torch, Path(str(artifact)))
         load_s = time.perf_counter() - t0
-        o = fn(q, k, vv)
+
+        def step() -> Any:
+            return package(q, k, vv)[0]
     elif mode == "precompiled":
         from .runtime import precompiled
 
@@ -237,7 +245,9 @@ def first_call(v: dict[str, Any], mode: str, artifact: str | None, backward: boo
         t1 = time.perf_counter()
         args = mods.precompile_args(v, dev, q, k, vv)
         blockmask_s = time.perf_counter() - t1
-        o = fn(*args)
+
+        def step() -> Any:
+            return fn(*args)
     else:
         if mode == "megacache":
             with open(str(artifact), "rb") as fh:
@@ -247,16 +257,29 @@ def first_call(v: dict[str, Any], mode: str, artifact: str | None, backward: boo
         t1 = time.perf_counter()
         call.block_mask(q.shape[-2])
         blockmask_s = time.perf_counter() - t1
-        o = call(q, k, vv)
-    if backward:
-        o.backward(torch.ones_like(o))
-    _sync(dev)
+
+        def step() -> Any:
+            return call(q, k, vv)
+
+    def run() -> None:
+        o = step()
+        if backward:
+            o.backward(torch.ones_like(o))
+        _sync(dev)
+
+    run()
     total = time.perf_counter() - t0
+    times = []
+    for _ in range(steady):
+        t1 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t1)
     from torch._dynamo.utils import counters
 
     hits = {key: dict(val) for key, val in counters.items() if key in ("inductor", "aot_autograd")}
     return {"ok": True, "seconds": round(total, 4), "load_s": round(load_s, 4),
-            "blockmask_s": round(blockmask_s, 4), "counters": hits}  # fmt: skip
+            "blockmask_s": round(blockmask_s, 4), "counters": hits,
+            "steady_ms": round(statistics.median(times) * 1000, 4) if times else None}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -270,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--artifact")
     ap.add_argument("--mode", default="cold", choices=["cold", "megacache", "precompiled", "aoti"])
     ap.add_argument("--backward", action="store_true")
+    ap.add_argument("--steady", type=int, default=0, help="first-call: then time this many more calls")
     a = ap.parse_args(argv)
     faulthandler.enable()  # a segfault prints the Python stack on stderr (kept in the build manifest)
     v = json.loads(a.variant)
@@ -286,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         elif a.action == "aoti-probe":
             res = aoti_probe(v, a.out)
         else:
-            res = first_call(v, a.mode, a.artifact, a.backward)
+            res = first_call(v, a.mode, a.artifact, a.backward, a.steady)
     except Exception as exc:
         msg = str(exc).strip().splitlines()
         _emit({"ok": False, "kind": _classify(exc), "error": f"{type(exc).__name__}: {msg[0] if msg else ''}",
