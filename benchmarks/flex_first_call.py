@@ -6,7 +6,7 @@ FlexAttention has no CPU backward) the variants are built with attnforge's Flex 
 is timed in its own process with fresh Inductor/Triton cache dirs: cold (nothing loaded), after
 ``torch.compiler.load_cache_artifacts()`` of the Mega-Cache artifact (load time included), after loading the
 precompiled function (``torch.compile(...).aot_compile``, fwd and bwd; load included), and through
-``aoti_load_package`` (forward only; null where the package did not build or crashed). Every time includes
+``attnforge_flex.load_package`` (forward only; null where the package did not build or crashed). Every time includes
 building the block mask. Writes ``{"device", "torch", "rows": [{"mask", "mode", "cold_s", "megacache_s",
 "aoti_s", "precompiled_s", "detail"}], "best_speedup"}`` (best_speedup: cold / best cached over the fwd+bwd
 rows; on CPU over the fwd rows; ``detail``: load and block-mask seconds of each timed call).

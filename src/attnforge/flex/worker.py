@@ -159,17 +159,13 @@ def aoti_build(v: dict[str, Any], out: str) -> dict[str, Any]:
 
 
 def aoti_run(v: dict[str, Any], package: str) -> dict[str, Any]:
-    import torch
-
-    from .runtime import mods
+    from .runtime import load_package, mods  # load_package: as attnforge_flex loads it, no vector-ISA probe
 
     dev = v.get("device", "cuda")
     q, k, vv = mods.make_inputs(v, dev)
-    from .runtime import load_package  # as attnforge_flex loads it: no vector-ISA probe
-
     print("aoti-run: loading package", flush=True)
     t0 = time.perf_counter()
-    fn = load_package(torch, Path(package))
+    fn = load_package(Path(package))
     load_s = time.perf_counter() - t0
     print("aoti-run: loaded; running", flush=True)
     o = fn(q, k, vv)
@@ -232,7 +228,7 @@ def first_call(
             raise ValueError("AOTInductor packages are forward only")
         from .runtime import load_package  # as attnforge_flex loads it: no vector-ISA probe
 
-        package = load_package(torch, Path(str(artifact)))
+        package = load_package(Path(str(artifact)))
         load_s = time.perf_counter() - t0
 
         def step() -> Any:

@@ -264,10 +264,8 @@ def aoti(name: str, artifacts: str | Path | None = None, quiet: bool = False) ->
     if found is None:
         return None
     path, _device = found
-    import torch
-
     try:
-        return load_package(torch, path)
+        return load_package(path)
     except Exception as exc:
         _warn_once(f"variant {name}: AOTInductor package does not load: {exc}")
         return None
@@ -289,7 +287,7 @@ def precompiled_function(name: str, artifacts: str | Path | None = None, quiet: 
         return None
 
 
-def load_package(torch: Any, path: Path) -> Any:
+def load_package(path: Path) -> Any:
     """Load an AOTInductor package: a callable ``fn(q, k, v)`` returning the package's outputs (a list).
 
     First through torch's C++ package loader directly (``torch._C._aoti.AOTIModelPackageLoader``): it only
@@ -302,10 +300,12 @@ def load_package(torch: Any, path: Path) -> Any:
     ``aoti_load_package`` with the probe skipped (``cpp.vec_isa_ok``; the ISA list is still filtered by the
     CPU's flags, and the answer is cached for the process as after a normal compile).
     """
+    import torch
+
     raw = getattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader", None)
     if raw is not None:
         loader = raw(str(path), "model", False, 1, -1)
-        if _positional_tensors_only(torch, loader):
+        if _positional_tensors_only(loader):
             return _PackageRunner(loader)
     from torch._inductor import config as inductor_config
 
@@ -318,7 +318,7 @@ def load_package(torch: Any, path: Path) -> Any:
         inductor_config.cpp.vec_isa_ok = before
 
 
-def _positional_tensors_only(torch: Any, loader: Any) -> bool:
+def _positional_tensors_only(loader: Any) -> bool:
     """Whether the package is called as ``fn(t1, ..., tn)`` and returns a flat list (what FlexModule exports)."""
     from torch.utils import _pytree as pytree
 

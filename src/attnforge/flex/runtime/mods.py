@@ -171,7 +171,7 @@ class FlexCall:
         self.score_mod = score_mod_for(v, device)
         self._fn: Callable[..., Any] | None = None
         self._masks: dict[int, Any] = {}
-        self.gqa = int(v["heads_q"]) != int(v["heads_kv"])
+        self.gqa = gqa(v)
 
     @property
     def fn(self) -> Callable[..., Any]:
@@ -192,12 +192,16 @@ class FlexCall:
         return out
 
 
+def gqa(v: Variant) -> bool:
+    """Whether the variant has fewer key/value heads than query heads (``enable_gqa``)."""
+    return int(v["heads_q"]) != int(v["heads_kv"])
+
+
 def precompile_args(
-    v: Variant, device: Any, q: torch.Tensor, k: torch.Tensor, vv: torch.Tensor, bm: Any = None
+    v: Variant, device: Any, q: torch.Tensor, k: torch.Tensor, vv: torch.Tensor
 ) -> tuple[Any, ...]:
     """The arguments ``precompiled.attend`` takes for this variant: ``(q, k, v, block_mask, score_mod, gqa)``."""
-    mask = bm if bm is not None else block_mask(v, device, q.shape[-2])
-    return (q, k, vv, mask, score_mod_for(v, device), int(v["heads_q"]) != int(v["heads_kv"]))
+    return (q, k, vv, block_mask(v, device, q.shape[-2]), score_mod_for(v, device), gqa(v))
 
 
 class FlexModule(torch.nn.Module):  # type: ignore[misc, unused-ignore]
@@ -208,7 +212,7 @@ class FlexModule(torch.nn.Module):  # type: ignore[misc, unused-ignore]
         self.variant = v
         self.score_mod = score_mod_for(v, device)
         self.bm = block_mask(v, device)
-        self.gqa = int(v["heads_q"]) != int(v["heads_kv"])
+        self.gqa = gqa(v)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         from torch.nn.attention.flex_attention import flex_attention
