@@ -53,10 +53,17 @@ def variants(device: str, masks: list[str]) -> list[dict[str, Any]]:
 
 
 def first_call(
-    python: str, v: dict[str, Any], mode: str, artifact: Path | None, work: Path, steady: int = 0
+    python: str,
+    v: dict[str, Any],
+    mode: str,
+    artifact: Path | None,
+    work: Path,
+    steady: int = 0,
+    profile: Path | None = None,
 ) -> dict[str, Any]:
     args = (
         ["--mode", mode, "--steady", str(steady)]
+        + (["--profile", str(profile)] if profile else [])
         + (["--artifact", str(artifact)] if artifact else [])
         + (["--backward"] if v["backward"] else [])
     )
@@ -83,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="TORCHINDUCTOR_COMPILE_THREADS for the timed processes (1: no compile worker pool)")  # fmt: skip
     ap.add_argument("--steady", type=int, default=20,
                     help="after the first call, time this many more in the same process (median: steady_ms)")  # fmt: skip
+    ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                    help="with --reuse: profile (cProfile) the first call of the first variant of the last "
+                         "mode in each path, one text file per path in DIR; times nothing else")  # fmt: skip
     a = ap.parse_args(argv)
     if a.compile_threads is not None:
         os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(a.compile_threads)
@@ -101,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
                 json.dumps(entries, indent=1, default=str), encoding="utf-8"
             )
             return 0
+        if a.profile:
+            return profile_paths(vs[-1], entries[vs[-1]["name"]], work, a.profile)
     else:
         opts = BuildOptions(out_dir=work / "build", aoti=not a.no_aoti, precompile=pre, jobs=a.jobs,
                             aoti_probe=False)  # fmt: skip
@@ -122,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     device = torch.cuda.get_device_name() if a.device == "cuda" else f"cpu ({_cpu()})"
-    art = {v["name"]: (work / ("build-bwd" if v["backward"] else "build") / "artifacts") for v in vs}
+    art = {v["name"]: artifact_dir(work, v) for v in vs}
     rows = []
     load0 = os.getloadavg()[0]
     for v in vs:
@@ -169,6 +181,25 @@ def main(argv: list[str] | None = None) -> int:
         res = write(a.out, device, torch.__version__, rows, a.device, load0)  # partial results survive
     res = write(a.out, device, torch.__version__, rows, a.device, load0)
     print(json.dumps(res, indent=1))
+    return 0
+
+
+def artifact_dir(work: Path, v: dict[str, Any]) -> Path:
+    return work / ("build-bwd" if v["backward"] else "build") / "artifacts"
+
+
+def profile_paths(v: dict[str, Any], entry: dict[str, Any], work: Path, out: Path) -> int:
+    """One profiled first call per path (cold, Mega-Cache, precompiled, AOTInductor) of the variant ``v``:
+    where a cached first call spends its time (``<variant>-<path>.txt`` in ``out``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for mode, key in (("cold", None), ("megacache", "megacache"), ("precompiled", "precompiled"),
+                      ("aoti", "aoti")):  # fmt: skip
+        art = (entry.get(key) or {}) if key else {}
+        if key and not (art.get("file") and art.get("ok", True)):
+            continue
+        path = artifact_dir(work, v) / art["file"] if key else None
+        res = first_call(sys.executable, v, mode, path, work, 0, out / f"{v['name']}-{mode}.txt")
+        print(mode, json.dumps({k: res.get(k) for k in ("ok", "seconds", "load_s", "error")}), flush=True)
     return 0
 
 

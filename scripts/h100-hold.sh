@@ -97,8 +97,9 @@ run_narrow() {
 # (reports/gpu/README.md). The next hold is Flex only, nothing alongside: (1) the artifacts (Mega-Cache,
 # precompiled function, AOTInductor; about 8 min), (2) the timed fresh processes (cold vs Mega-Cache vs
 # precompiled vs AOTInductor), (3) the attnforge-flex-kernels wheel's first call in a fresh venv (fwd+bwd
-# variants, then fwd ones), (4) the timing again with TORCHINDUCTOR_COMPILE_THREADS=1 (no compile worker pool
-# at load). About 25 min; each step's result is kept as it lands.
+# variants, then fwd ones), (4) one profiled first call per path of the document fwd+bwd variant (where a
+# cached first call's time goes), (5) the timing again with TORCHINDUCTOR_COMPILE_THREADS=1 (no compile worker
+# pool at load). About 25 min; each step's result is kept as it lands.
 run_flex() {
   cd "$ROOT" || exit 5
   "$PY" -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl > "$R/pip.log" 2>&1
@@ -115,6 +116,9 @@ run_flex() {
   "$PY" benchmarks/flex_wheel_first_call.py --artifacts /tmp/fc/build/artifacts --work /tmp/fcw-fwd \
     --out "$R/flex_wheel_first_call_fwd.json" > "$R/flex-wheel-fwd.log" 2>&1
   echo "$?" > "$R/flexwheelfwd.rc"
+  "$PY" benchmarks/flex_first_call.py --device cuda --reuse --profile "$R/profile" --work /tmp/fc \
+    --out /tmp/fc/unused.json > "$R/flex-profile.log" 2>&1
+  echo "$?" > "$R/profile.rc"
   "$PY" benchmarks/flex_first_call.py --device cuda --reuse --compile-threads 1 --work /tmp/fc \
     --out "$R/flex_first_call_1t.json" > "$R/flex-first-call-1t.log" 2>&1
   echo "$?" > "$R/firstcall1t.rc"
@@ -126,7 +130,7 @@ collect() {
   tail -5 "$R/gv.log" 2>/dev/null
   for f in "$R"/*.rc; do [ -f "$f" ] && echo "$(basename "$f"): $(cat "$f")"; done
   tail -3 "$R/parity-narrow.log" "$R/flex-first-call.log" "$R/flex-wheel.log" "$R/flex-wheel-fwd.log" \
-    "$R/flex-first-call-1t.log" 2>/dev/null
+    "$R/flex-profile.log" "$R/flex-first-call-1t.log" 2>/dev/null
   ls "$R" 2>/dev/null
   tar -czf "$OUT/h100-hold.tar.gz" -C "$(dirname "$R")" "$(basename "$R")" \
     -C /tmp/attnforge-gpu-validate logs 2>/dev/null

@@ -12,7 +12,8 @@ Actions:
   aoti-build --variant JSON --out FILE.pt2     torch.export + aoti_compile_and_package (forward)
   aoti-run   --variant JSON --package FILE     aoti_load_package + run + check against eager
   first-call --variant JSON --mode cold|megacache|precompiled|aoti [--artifact FILE] [--backward]
-             [--steady N]                      time the first call in this (fresh) process (then N more)
+             [--steady N] [--profile FILE]     time the first call in this (fresh) process (then N more);
+                                               --profile: cProfile of the first call, top functions as text
   aoti-probe --variant JSON --out FILE.pt2     the minimal AOTInductor round trip without FlexAttention
                                                (a Linear + GELU): tells a Flex-specific crash from a
                                                general one
@@ -206,11 +207,18 @@ def aoti_probe(v: dict[str, Any], out: str) -> dict[str, Any]:
 
 
 def first_call(
-    v: dict[str, Any], mode: str, artifact: str | None, backward: bool, steady: int = 0
+    v: dict[str, Any],
+    mode: str,
+    artifact: str | None,
+    backward: bool,
+    steady: int = 0,
+    profile: str | None = None,
 ) -> dict[str, Any]:
     """Seconds of the first call (fwd or fwd+bwd), loading of the artifact and the block mask included
     (``blockmask_s`` and ``load_s`` say how much of it they took); with ``steady`` > 0, the median of that
-    many further calls (``steady_ms``), to compare the loaded kernels' speed with the cold-compiled ones."""
+    many further calls (``steady_ms``), to compare the loaded kernels' speed with the cold-compiled ones.
+    ``profile``: write where the first call's time went (cProfile, by cumulative time) to that file."""
+    import cProfile
     import statistics
 
     import torch
@@ -220,6 +228,9 @@ def first_call(
     dev = v.get("device", "cuda")
     q, k, vv = mods.make_inputs(v, dev, grad=backward)
     _sync(dev)
+    prof = cProfile.Profile() if profile else None
+    if prof:
+        prof.enable()
     t0 = time.perf_counter()
     load_s = blockmask_s = 0.0
     step: Any
@@ -265,6 +276,9 @@ def first_call(
 
     run()
     total = time.perf_counter() - t0
+    if prof and profile:
+        prof.disable()
+        _write_profile(prof, profile, f"{v.get('name')} {mode}: first call {total:.3f} s")
     times = []
     for _ in range(steady):
         t1 = time.perf_counter()
@@ -276,6 +290,16 @@ def first_call(
     return {"ok": True, "seconds": round(total, 4), "load_s": round(load_s, 4),
             "blockmask_s": round(blockmask_s, 4), "counters": hits,
             "steady_ms": round(statistics.median(times) * 1000, 4) if times else None}  # fmt: skip
+
+
+def _write_profile(prof: Any, path: str, title: str) -> None:
+    """The profile's top 60 functions by cumulative time, as text."""
+    import io
+    import pstats
+
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(60)
+    Path(path).write_text(f"{title}\n{buf.getvalue()}", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", default="cold", choices=["cold", "megacache", "precompiled", "aoti"])
     ap.add_argument("--backward", action="store_true")
     ap.add_argument("--steady", type=int, default=0, help="first-call: then time this many more calls")
+    ap.add_argument("--profile", help="first-call: write a cProfile of the first call to this file")
     a = ap.parse_args(argv)
     faulthandler.enable()  # a segfault prints the Python stack on stderr (kept in the build manifest)
     v = json.loads(a.variant)
@@ -306,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         elif a.action == "aoti-probe":
             res = aoti_probe(v, a.out)
         else:
-            res = first_call(v, a.mode, a.artifact, a.backward, a.steady)
+            res = first_call(v, a.mode, a.artifact, a.backward, a.steady, a.profile)
     except Exception as exc:
         msg = str(exc).strip().splitlines()
         _emit({"ok": False, "kind": _classify(exc), "error": f"{type(exc).__name__}: {msg[0] if msg else ''}",
