@@ -19,7 +19,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -47,105 +46,15 @@ def _allow_cpu_backward() -> None:
     fa._validate_device = lambda q, k, v: None
 
 
-def trace_and_split(v: dict[str, Any], dev: str) -> tuple[Any, Any, dict[str, Any]]:
-    """make_fx of one fwd+bwd step, split into the forward and backward graphs."""
-    import torch
-    from torch.fx.experimental.proxy_tensor import make_fx
-    from torch.nn.attention.flex_attention import flex_attention as flex
-
-    from attnforge.flex.runtime import mods
-
-    bm = mods.block_mask(v, dev)
-    sm = mods.score_mod_for(v, dev)
-    gqa = mods.gqa(v)
-
-    def step(q: Any, k: Any, vv: Any, go: Any) -> Any:
-        q, k, vv = (t.detach().requires_grad_(True) for t in (q, k, vv))
-        out = flex(q, k, vv, score_mod=sm, block_mask=bm, enable_gqa=gqa)
-        dq, dk, dv = torch.autograd.grad(out, (q, k, vv), go)
-        return out, dq, dk, dv
-
-    q, k, vv = mods.make_inputs(v, dev)
-    go = torch.randn_like(q)
-    with torch.enable_grad():
-        gm = make_fx(step, tracing_mode="fake", _allow_non_fake_inputs=True)(q, k, vv, go)
-    hops = [n for n in gm.graph.nodes if n.op == "call_function" and "flex_attention" in str(n.target)]
-    info = {"hops": [str(n.target) for n in hops], "nodes": len(gm.graph.nodes)}
-    fwd_hop = next(n for n in hops if str(n.target).endswith("flex_attention"))
-    outs = {u.args[1]: u for u in fwd_hop.users if u.op == "call_function"}  # getitem index -> node
-    return _forward_graph(gm, outs), _backward_graph(gm, fwd_hop, outs), info
-
-
-def _forward_graph(gm: Any, outs: dict[int, Any]) -> Any:
-    """(q, k, v) -> (out, lse)."""
-    import copy
-
-    import torch
-
-    g = copy.deepcopy(gm)
-    names = {outs[0].name, outs[1].name}
-    keep = [n for n in g.graph.nodes if n.name in names]
-    keep.sort(key=lambda n: n.name != outs[0].name)
-    output = next(n for n in g.graph.nodes if n.op == "output")
-    output.args = (tuple(keep),)
-    g.graph.eliminate_dead_code()
-    for ph in [n for n in g.graph.nodes if n.op == "placeholder" and not n.users]:
-        g.graph.erase_node(ph)  # go: an unused input would not be an input of the compiled model
-    g.recompile()
-    return torch.fx.GraphModule(g, g.graph)
-
-
-def _backward_graph(gm: Any, fwd_hop: Any, outs: dict[int, Any]) -> Any:
-    """(q, k, v, go, out, lse) -> (dq, dk, dv): the forward op's results become inputs."""
-    import copy
-
-    import torch
-
-    g = copy.deepcopy(gm)
-    by_name = {n.name: n for n in g.graph.nodes}
-    last_ph = [n for n in g.graph.nodes if n.op == "placeholder"][-1]
-    output = next(n for n in g.graph.nodes if n.op == "output")
-    output.args = (tuple(output.args[0][1:]),)  # drop out from the results
-    with g.graph.inserting_after(last_ph):
-        lse_in = g.graph.placeholder("lse_in")
-    with g.graph.inserting_after(last_ph):
-        out_in = g.graph.placeholder("out_in")
-    for idx, ph in ((0, out_in), (1, lse_in)):
-        old = by_name[outs[idx].name]
-        old.replace_all_uses_with(ph)
-    g.graph.eliminate_dead_code()
-    if any(n.op == "call_function" and str(n.target).endswith(".flex_attention") for n in g.graph.nodes):
-        raise RuntimeError("the forward op is still needed by the backward graph (max_scores?)")
-    g.recompile()
-    return torch.fx.GraphModule(g, g.graph)
-
-
 def build(v: dict[str, Any], dev: str, out: Path) -> dict[str, Any]:
-    import torch
+    """attnforge's builder step (``attnforge.flex.aoti_train.build``): trace, split, export, compile."""
+    from attnforge.flex import aoti_train
 
-    from attnforge.flex.runtime import mods
-
-    res: dict[str, Any] = {}
-    t0 = time.perf_counter()
-    fwd, bwd, info = trace_and_split(v, dev)
-    res["trace"] = {**info, "s": round(time.perf_counter() - t0, 2)}
-    (out / "fwd_graph.txt").write_text(fwd.code, encoding="utf-8")
-    (out / "bwd_graph.txt").write_text(bwd.code, encoding="utf-8")
-    q, k, vv = mods.make_inputs(v, dev)
-    go = torch.randn_like(q)
-    with torch.no_grad():
-        o, lse = fwd(q, k, vv)
-    for name, gmod, args in (("fwd", fwd, (q, k, vv)), ("bwd", bwd, (q, k, vv, go, o, lse))):
-        t0 = time.perf_counter()
-        try:
-            ep = torch.export.export(gmod, args, strict=False)
-            path = torch._inductor.aoti_compile_and_package(ep, package_path=str(out / f"{name}.pt2"))
-            res[name] = {"ok": True, "s": round(time.perf_counter() - t0, 2), "path": str(path)}
-        except Exception as exc:  # the probe reports where the approach stops
-            res[name] = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:800]}",
-                         "traceback": traceback.format_exc(limit=8)[-2500:]}  # fmt: skip
-            break
-    return res
+    try:
+        return {"ok": True, **aoti_train.build(v, dev, out / f"{v['name']}{aoti_train.FORWARD_SUFFIX}")}
+    except Exception as exc:  # the probe reports where the approach stops
+        return {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:800]}",
+                "traceback": traceback.format_exc(limit=8)[-2500:]}  # fmt: skip
 
 
 CHILD = r"""
@@ -162,15 +71,8 @@ go = torch.randn_like(q)
 sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
 sync()
 t0 = time.perf_counter()
-import os
-if os.environ.get("PROBE_LOADER") == "python":
-    from torch._inductor import config as ic
-    ic.cpp.vec_isa_ok = True
-    fwd = torch._inductor.aoti_load_package(d + "/fwd.pt2")
-    bwd = torch._inductor.aoti_load_package(d + "/bwd.pt2")
-else:
-    fwd = load_package(Path(d) / "fwd.pt2")
-    bwd = load_package(Path(d) / "bwd.pt2")
+fwd = load_package(Path(d) / (v["name"] + ".fwd.pt2"))
+bwd = load_package(Path(d) / (v["name"] + ".bwd.pt2"))
 say(f"loaded {type(fwd).__name__} {type(bwd).__name__}")
 load_s = time.perf_counter() - t0
 
@@ -237,12 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         v = variant(a.device, mask)
         d = a.out / v["name"]
         d.mkdir(parents=True, exist_ok=True)
-        try:
-            res = build(v, a.device, d)
-        except Exception as exc:
-            res = {"trace": {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:800]}",
-                             "traceback": traceback.format_exc(limit=8)[-2500:]}}  # fmt: skip
-        if res.get("bwd", {}).get("ok"):
+        res = build(v, a.device, d)
+        if res.get("ok"):
             res["first_call"] = first_call(v, d)
         results[v["name"]] = res
         print(json.dumps({v["name"]: res})[:3000], flush=True)

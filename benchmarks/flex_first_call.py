@@ -6,7 +6,8 @@ FlexAttention has no CPU backward) the variants are built with attnforge's Flex 
 is timed in its own process with fresh Inductor/Triton cache dirs: cold (nothing loaded), after
 ``torch.compiler.load_cache_artifacts()`` of the Mega-Cache artifact (load time included), after loading the
 precompiled function (``torch.compile(...).aot_compile``, fwd and bwd; load included), and through
-``attnforge_flex.load_package`` (forward only; null where the package did not build or crashed). Every time includes
+the AOTInductor package(s) as ``attnforge_flex`` loads them (fwd+bwd: the forward and backward packages of
+``attnforge.flex.aoti_train``; null where they did not build or crashed). Every time includes
 building the block mask. Writes ``{"device", "torch", "rows": [{"mask", "mode", "cold_s", "megacache_s",
 "aoti_s", "precompiled_s", "detail"}], "best_speedup"}`` (best_speedup: cold / best cached over the fwd+bwd
 rows; on CPU over the fwd rows; ``detail``: load and block-mask seconds of each timed call).
@@ -116,13 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         opts = BuildOptions(out_dir=work / "build", aoti=not a.no_aoti, precompile=pre, jobs=a.jobs,
                             aoti_probe=False)  # fmt: skip
-        # AOTInductor is forward only: build it for the fwd variants alone
+        # fwd and fwd+bwd variants apart (fwd+bwd AOTInductor: a forward and a backward package; GPU only)
         fwd = [v for v in vs if not v["backward"]]
         bwd = [v for v in vs if v["backward"]]
         man = build_variants(fwd, opts)
         entries = {e["name"]: e for e in man["variants"]}
         if bwd:
-            opts_b = BuildOptions(out_dir=work / "build-bwd", aoti=False, precompile=pre, jobs=a.jobs,
+            opts_b = BuildOptions(out_dir=work / "build-bwd", aoti=not a.no_aoti and a.device == "cuda", precompile=pre, jobs=a.jobs,
                                   aoti_probe=False)  # fmt: skip
             entries |= {e["name"]: e for e in build_variants(bwd, opts_b)["variants"]}
         (work / "build-manifests.json").write_text(

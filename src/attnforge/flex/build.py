@@ -200,25 +200,43 @@ def _aoti_all(entries: list[dict[str, Any]], art: Path, work: Path, opts: BuildO
 
 
 def _aoti(v: dict[str, Any], art: Path, work: Path, opts: BuildOptions) -> dict[str, Any]:
+    """The variant's AOTInductor package: ``<name>.pt2``, or for a fwd+bwd variant ``<name>.fwd.pt2`` and
+    ``<name>.bwd.pt2`` (aoti_train), built, then loaded and checked in a separate process."""
+    from .aoti_train import FORWARD_SUFFIX, backward_path
+
     name = v["name"]
-    pt2 = art / f"{name}.pt2"
+    pt2 = art / (f"{name}{FORWARD_SUFFIX}" if v.get("backward") else f"{name}.pt2")
+    bwd = backward_path(pt2) if v.get("backward") else None
     b = run_worker(opts.python, "aoti-build", v, ["--out", str(pt2)], work / name / "aoti", opts.timeout_s)
-    if not b.get("ok") or not pt2.is_file():
+    if not b.get("ok") or not pt2.is_file() or (bwd is not None and not bwd.is_file()):
         opts.log(f"flex: {name}: AOTInductor build failed: {b.get('error')}")
-        pt2.unlink(missing_ok=True)
+        for f in (pt2, bwd):
+            if f is not None:
+                f.unlink(missing_ok=True)
         return {"file": None, "ok": False, "reason": f"build: {b.get('error')}", "build": _slim(b)}
     r = run_worker(
         opts.python, "aoti-run", v, ["--package", str(pt2)], work / name / "aoti-run", opts.timeout_s
     )
-    info = {"build_s": b.get("build_s"), "size": pt2.stat().st_size}
+    info: dict[str, Any] = {"build_s": b.get("build_s"), "size": pt2.stat().st_size}
+    if bwd is not None:
+        info |= {
+            "backward_file": bwd.name,
+            "backward_sha256": sha256_file(bwd),
+            "backward_size": bwd.stat().st_size,
+        }
     if r.get("ok"):
-        opts.log(f"flex: {name}: AOTInductor package {pt2.stat().st_size / 1e6:.2f} MB, built in "
-                 f"{b.get('build_s')} s, loads and runs (max err {r.get('max_err'):.3g})")  # fmt: skip
+        grads = f", gradients vs eager {r['grad_max_err']:.3g}" if "grad_max_err" in r else ""
+        opts.log(f"flex: {name}: AOTInductor package{'s (fwd+bwd)' if bwd else ''} "
+                 f"{pt2.stat().st_size / 1e6:.2f} MB, built in {b.get('build_s')} s, loads and runs "
+                 f"(max err {r.get('max_err'):.3g}{grads})")  # fmt: skip
         return {"file": pt2.name, "ok": True, "sha256": sha256_file(pt2), "reason": "", **info,
-                "load_s": r.get("load_s"), "max_err": r.get("max_err")}  # fmt: skip
+                "load_s": r.get("load_s"), "max_err": r.get("max_err"),
+                **({"grad_max_err": r["grad_max_err"]} if "grad_max_err" in r else {})}  # fmt: skip
     opts.log(f"flex: {name}: AOTInductor package built but unusable: {r.get('error')}")
-    kept = art / f"{name}.pt2.broken"
+    kept = art / f"{pt2.name}.broken"
     pt2.replace(kept)
+    if bwd is not None:
+        bwd.replace(art / f"{bwd.name}.broken")
     return {"file": None, "ok": False, "reason": f"load/run: {r.get('error')}", "kind": r.get("kind"),
             "signal": r.get("signal"), "broken_file": kept.name, **info, "run": _slim(r)}  # fmt: skip
 

@@ -90,6 +90,8 @@ def write_project(artifacts: Path, project: Path) -> dict[str, Any]:
             f = (e.get(key) or {}).get("file")
             if f:
                 files.add(f)
+        if (e.get("aoti") or {}).get("file") and e["aoti"].get("backward_file"):
+            files.add(e["aoti"]["backward_file"])
     for f in sorted(files):
         shutil.copy2(artifacts / f, dest / f)
     names = ", ".join(e["name"] for e in good)

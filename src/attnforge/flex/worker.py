@@ -9,8 +9,10 @@ Actions:
                                                against eager, save ``torch.compiler.save_cache_artifacts()``
   precompile --variant JSON --out FILE         torch.compile(...).aot_compile (fwd, and bwd if declared),
                                                run + check against eager, save_compiled_function
-  aoti-build --variant JSON --out FILE.pt2     torch.export + aoti_compile_and_package (forward)
-  aoti-run   --variant JSON --package FILE     aoti_load_package + run + check against eager
+  aoti-build --variant JSON --out FILE.pt2     torch.export + aoti_compile_and_package (forward; a fwd+bwd
+                                               variant: FILE (.fwd.pt2) and its .bwd.pt2, aoti_train)
+  aoti-run   --variant JSON --package FILE     load (C++ loader) + run + check against the reference (and
+                                               a fwd+bwd pair's gradients against eager)
   first-call --variant JSON --mode cold|megacache|precompiled|aoti [--artifact FILE] [--backward]
              [--steady N] [--profile FILE]     time the first call in this (fresh) process (then N more);
                                                --profile: cProfile of the first call, top functions as text
@@ -146,11 +148,19 @@ def precompile(v: dict[str, Any], out: str) -> dict[str, Any]:
 
 
 def aoti_build(v: dict[str, Any], out: str) -> dict[str, Any]:
+    """torch.export + AOTInductor: the forward, or for a fwd+bwd variant its forward and backward packages
+    (``out`` and ``aoti_train.backward_path(out)``)."""
     import torch
 
     from .runtime import mods
 
     dev = v.get("device", "cuda")
+    if v.get("backward"):
+        from . import aoti_train
+
+        t0 = time.perf_counter()
+        info = aoti_train.build(v, dev, Path(out))
+        return {"ok": True, "build_s": round(time.perf_counter() - t0, 3), "path": out, "train": info}
     q, k, vv = mods.make_inputs(v, dev)
     mod = mods.FlexModule(v, dev)
     t0 = time.perf_counter()
@@ -159,14 +169,46 @@ def aoti_build(v: dict[str, Any], out: str) -> dict[str, Any]:
     return {"ok": True, "build_s": round(time.perf_counter() - t0, 3), "path": str(path)}
 
 
+def _load_packages(v: dict[str, Any], package: str) -> Any:
+    """As attnforge_flex loads them (no vector-ISA probe): the package, or a fwd+bwd variant's pair."""
+    from .runtime import TrainPackages, load_package
+
+    if not v.get("backward"):
+        return load_package(Path(package))
+    from .aoti_train import backward_path
+
+    return TrainPackages(load_package(Path(package)), load_package(backward_path(Path(package))))
+
+
+def _grad_err(v: dict[str, Any], fn: Any) -> dict[str, Any]:
+    """fwd+bwd through ``fn`` vs eager flex_attention: max |difference| of out, dq, dk, dv."""
+    import torch
+
+    from .runtime import mods
+
+    dev = v.get("device", "cuda")
+    q, k, vv = mods.make_inputs(v, dev, grad=True)
+    go = torch.randn_like(q)
+    fn(q, k, vv).backward(go)
+    got = [t.grad.clone() for t in (q, k, vv)]
+    for t in (q, k, vv):
+        t.grad = None
+    mods.FlexCall(v, dev, compiled=False)(q, k, vv).backward(go)
+    errs = {
+        n: float((a.float() - t.grad.float()).abs().max())
+        for n, a, t in zip("qkv", got, (q, k, vv), strict=True)
+    }
+    return {"grad_max_err": max(errs.values()), "grad_max_err_by_input": errs}
+
+
 def aoti_run(v: dict[str, Any], package: str) -> dict[str, Any]:
-    from .runtime import load_package, mods  # load_package: as attnforge_flex loads it, no vector-ISA probe
+    from .runtime import mods
 
     dev = v.get("device", "cuda")
     q, k, vv = mods.make_inputs(v, dev)
     print("aoti-run: loading package", flush=True)
     t0 = time.perf_counter()
-    fn = load_package(Path(package))
+    fn = _load_packages(v, package)
     load_s = time.perf_counter() - t0
     print("aoti-run: loaded; running", flush=True)
     o = fn(q, k, vv)
@@ -174,7 +216,8 @@ def aoti_run(v: dict[str, Any], package: str) -> dict[str, Any]:
     first = time.perf_counter() - t0
     o = o[0] if isinstance(o, (list, tuple)) else o
     err = _reference_err(v, o, q, k, vv)
-    return {"ok": True, "load_s": round(load_s, 3), "first_call_s": round(first, 3), "max_err": err}
+    grads = _grad_err(v, fn) if v.get("backward") else {}
+    return {"ok": True, "load_s": round(load_s, 3), "first_call_s": round(first, 3), "max_err": err, **grads}
 
 
 def aoti_probe(v: dict[str, Any], out: str) -> dict[str, Any]:
@@ -235,15 +278,12 @@ def first_call(
     load_s = blockmask_s = 0.0
     step: Any
     if mode == "aoti":
-        if backward:
-            raise ValueError("AOTInductor packages are forward only")
-        from .runtime import load_package  # as attnforge_flex loads it: no vector-ISA probe
-
-        package = load_package(Path(str(artifact)))
+        package = _load_packages(v | {"backward": backward}, str(artifact))
         load_s = time.perf_counter() - t0
 
         def step() -> Any:
-            return package(q, k, vv)[0]
+            o = package(q, k, vv)
+            return o[0] if isinstance(o, (list, tuple)) else o
     elif mode == "precompiled":
         from .runtime import precompiled
 

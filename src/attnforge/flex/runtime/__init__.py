@@ -148,8 +148,13 @@ def attention(name: str, artifacts: str | Path | None = None, device: str | None
             f"no FlexAttention variant {name!r} in {artifacts or ARTIFACTS} (have: {sorted(variants(artifacts))})"
         )
     call = mods.FlexCall(spec, device or spec.get("device", "cuda"))
-    # forward-only variants with a working AOTInductor package (CPU ones, typically) run it: no compile at all
-    packaged = aoti(name, artifacts, quiet=True) if not spec.get("backward") else None
+    # a working AOTInductor package runs without any compile: forward-only variants (CPU ones, typically),
+    # and fwd+bwd variants built with their backward package (GPU)
+    packaged = aoti(name, artifacts, quiet=True)
+    if packaged is not None and spec.get("backward") and not getattr(packaged, "backward", False):
+        packaged = (
+            None  # a forward-only package of a fwd+bwd variant (older builds): the precompiled function
+        )
     # otherwise a precompiled function (fwd+bwd) skips tracing and cache lookups when the inputs fit it
     pre = precompiled_function(name, artifacts, quiet=True) if packaged is None else None
     return _Guarded(call, spec, packaged, pre)
@@ -169,14 +174,24 @@ class _Guarded:
         self.shape = ((int(s.get("batch", 1)), int(s["heads_q"]), int(s["seq_len"]), int(s["head_dim"])),
                       (int(s.get("batch", 1)), int(s["heads_kv"]), int(s["seq_len"]), int(s["head_dim"])))  # fmt: skip
 
-    def _fits_package(self, q: Any, k: Any) -> bool:
-        if self.packaged is None or q.requires_grad or k.requires_grad:
+    def _fits_package(self, q: Any, k: Any, v: Any) -> bool:
+        """The package's exact inputs: shapes, dtype, device, contiguous; gradients only for a fwd+bwd pair."""
+        if self.packaged is None:
+            return False
+        if not getattr(self.packaged, "backward", False) and (
+            q.requires_grad or k.requires_grad or v.requires_grad
+        ):
             return False
         dt = str(q.dtype).replace("torch.", "").replace("bfloat16", "bf16").replace("float16", "fp16")
-        return (tuple(q.shape), tuple(k.shape)) == self.shape and dt == self.spec.get("dtype")
+        return (
+            (tuple(q.shape), tuple(k.shape)) == self.shape
+            and dt == self.spec.get("dtype")
+            and q.device.type == self.spec.get("device", "cuda")
+            and all(t.is_contiguous() for t in (q, k, v))
+        )
 
     def __call__(self, q: Any, k: Any, v: Any) -> Any:
-        if self._fits_package(q, k):
+        if self._fits_package(q, k, v):
             self.used = "aoti"
             out = self.packaged(q, k, v)
             return out[0] if isinstance(out, (list, tuple)) else out
@@ -258,14 +273,22 @@ def _usable_file(
 
 
 def aoti(name: str, artifacts: str | Path | None = None, quiet: bool = False) -> Any:
-    """The variant's AOTInductor package, loaded (forward only, the exact shapes it was built for), or None
-    when unusable (with a warning unless ``quiet``, and always when the environment differs)."""
+    """The variant's AOTInductor package, loaded (the exact shapes it was built for), or None when unusable
+    (with a warning unless ``quiet``, and always when the environment differs). For a fwd+bwd variant, its
+    forward and backward packages as one differentiable call (``TrainPackages``)."""
     found = _usable_file(name, "aoti", "AOTInductor package", artifacts, quiet)
     if found is None:
         return None
     path, _device = found
+    entry = next(e for e in read_manifest(_base(artifacts))["variants"] if e["name"] == name)
+    bwd = entry["aoti"].get("backward_file")
     try:
-        return load_package(path)
+        if not bwd:
+            return load_package(path)
+        bwd_path = path.with_name(str(bwd))
+        if _sha256(bwd_path) != entry["aoti"].get("backward_sha256"):
+            raise ValueError(f"{bwd}: sha256 differs from the manifest (corrupted or replaced)")
+        return TrainPackages(load_package(path), load_package(bwd_path))
     except Exception as exc:
         _warn_once(f"variant {name}: AOTInductor package does not load: {exc}")
         return None
@@ -338,3 +361,40 @@ class _PackageRunner:
 
     def __call__(self, *args: Any) -> Any:
         return self.loader.boxed_run(list(args))
+
+
+class TrainPackages:
+    """A fwd+bwd variant's two AOTInductor packages as one differentiable call ``fn(q, k, v) -> out``: the
+    forward package gives ``(out, lse)``, the backward one ``(dq, dk, dv)`` from ``(q, k, v, grad_out, out,
+    lse)`` (built by ``attnforge.flex.aoti_train``)."""
+
+    backward = True
+
+    def __init__(self, fwd: Any, bwd: Any) -> None:
+        self.fwd = fwd
+        self.bwd = bwd
+        self._fn: Any = None
+
+    def __call__(self, q: Any, k: Any, v: Any) -> Any:
+        if self._fn is None:
+            self._fn = _autograd_function(self.fwd, self.bwd)
+        return self._fn.apply(q, k, v)
+
+
+def _autograd_function(fwd: Any, bwd: Any) -> Any:
+    import torch
+
+    class FlexPackages(torch.autograd.Function):  # type: ignore[misc, unused-ignore]
+        @staticmethod
+        def forward(ctx: Any, q: Any, k: Any, v: Any) -> Any:
+            out, lse = fwd(q, k, v)
+            ctx.save_for_backward(q, k, v, out, lse)
+            return out
+
+        @staticmethod
+        def backward(ctx: Any, grad_out: Any) -> Any:
+            q, k, v, out, lse = ctx.saved_tensors
+            dq, dk, dv = bwd(q, k, v, grad_out.contiguous(), out, lse)
+            return dq, dk, dv
+
+    return FlexPackages
