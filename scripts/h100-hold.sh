@@ -91,18 +91,20 @@ run_narrow() {
   date -u +%FT%TZ > "$R/done"
 }
 
-# Session 4 ran the former run_final's steps (commit 9833d02) re-ordered by hand to fit the budget, so the
-# flash-attn build ran alongside the Flex timing (a SIGSTOP of the build missed the ptxas processes, whose
-# command lines do not name the build folder): #6 is done, the Flex first-call numbers came out contended
-# (reports/gpu/README.md). The next hold is Flex only, nothing alongside: (1) the artifacts (Mega-Cache,
-# precompiled function, AOTInductor; about 8 min), (2) the timed fresh processes (cold vs Mega-Cache vs
-# precompiled vs AOTInductor), (3) the attnforge-flex-kernels wheel's first call in a fresh venv (fwd+bwd
-# variants, then fwd ones), (4) one profiled first call per path of the document fwd+bwd variant (where a
-# cached first call's time goes), (5) the timing again with TORCHINDUCTOR_COMPILE_THREADS=1 (no compile worker
-# pool at load). About 25 min; each step's result is kept as it lands.
+# The Flex hold, nothing alongside (sessions 4-5): (0) bytecode for the machine's torch, (1) the artifacts
+# (Mega-Cache, precompiled function, AOTInductor: fwd variants one package, fwd+bwd variants a forward and a
+# backward package; about 8 min), (2) the timed fresh processes (cold vs Mega-Cache vs precompiled vs
+# AOTInductor), (3) the attnforge-flex-kernels wheel's first call in a fresh venv (fwd+bwd variants, then fwd
+# ones), (4) one profiled first call per path of the document fwd+bwd variant (where a cached first call's
+# time goes), (5) the timing again with TORCHINDUCTOR_COMPILE_THREADS=1. About 25 min; each step's result is
+# kept as it lands.
 run_flex() {
   cd "$ROOT" || exit 5
   "$PY" -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl > "$R/pip.log" 2>&1
+  # the machine's torch venv ships no bytecode (and sets PYTHONDONTWRITEBYTECODE=1): every fresh process would
+  # compile torch's sources (6 s per Flex first call, session 5); a pip-installed torch has its .pyc files
+  "$PY" -m compileall -q -j 16 "$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+    > "$R/compileall.log" 2>&1
   "$PY" benchmarks/flex_first_call.py --device cuda --build-only --jobs 3 --work /tmp/fc \
     --out "$R/flex_first_call.json" > "$R/fc-build.log" 2>&1
   echo "$?" > "$R/fc-build.rc"

@@ -8,9 +8,8 @@ backward graph ``(q, k, v, grad_out, out, lse) -> (dq, dk, dv)``; each is export
 (``attnforge_flex``) runs them inside an ``autograd.Function``. Measured on the H100 (torch 2.11): first
 fwd+bwd call 0.39-0.50 s vs 7-8 s cold (benchmarks/results/flex_aoti_backward_h100.json).
 
-Building needs the GPU: Inductor has no CPU FlexAttention backward. Masks that capture tensors (document)
-do not export (torch 2.11: the mask graph's buffer input has no metadata); those variants keep the
-precompiled function.
+Building needs the GPU: Inductor has no CPU FlexAttention backward. A variant whose trace, export or compile
+fails keeps its precompiled function (the builder records why).
 """
 
 from __future__ import annotations
