@@ -1,13 +1,13 @@
 """Probe: FlexAttention forward *and* backward as two AOTInductor packages (no Dynamo, no Inductor at load).
 
-AOTInductor exports inference graphs, so attnforge's packages are forward only and a fwd+bwd first call loads a
-precompiled function, whose floor is the import of torch's compile stack (seconds). This probe tries the
-other way: trace one fwd+bwd step with ``make_fx`` (the graph then holds the ``flex_attention`` and
-``flex_attention_backward`` higher-order ops), split it into a forward graph ``(q, k, v) -> (out, lse)`` and a
-backward graph ``(q, k, v, out, lse, grad_out) -> (dq, dk, dv)``, export and AOTInductor-compile each, then in
-a fresh process load both through torch's C++ loader, run them inside an ``autograd.Function`` and time the
-first fwd+bwd call against eager gradients. Each step's outcome is reported; a failing step says where the
-approach stops.
+AOTInductor exports inference graphs; a fwd+bwd first call otherwise loads a precompiled function, whose floor
+is the import of torch's compile stack (seconds). This probe builds the variant the way attnforge's builder
+does (``attnforge.flex.aoti_train``: one fwd+bwd call traced with ``make_fx``, split into a forward graph
+``(q, k, v) -> (out, lse)`` and a backward graph ``(q, k, v, grad_out, out, lse) -> (dq, dk, dv)``, each
+exported and AOTInductor-compiled), then in a fresh process loads both through torch's C++ loader, runs them
+inside an ``autograd.Function`` and times the first fwd+bwd call against eager gradients. A failing step is
+reported with its error. Use a C++ compiler that passes the builder's probe (``CXX=/usr/bin/g++`` on the H100
+machine).
 
     python benchmarks/flex_aoti_backward.py --device cuda --mask causal --out /tmp/aotibwd
 """

@@ -54,7 +54,12 @@ def command() -> None:
 @click.option("--out", type=click.Path(path_type=Path), default=Path("wheels/flex"), show_default=True)
 @click.option("--family", default="default", show_default=True, help="Named in the wheel's local version.")
 @click.option("--wheel/--no-wheel", "make_wheel", default=True, show_default=True)
-@click.option("--aoti/--no-aoti", default=True, show_default=True, help="Also try an AOTInductor package.")
+@click.option(
+    "--aoti/--no-aoti",
+    default=True,
+    show_default=True,
+    help="Also build AOTInductor packages (static variants; fwd+bwd GPU variants: a forward and a backward package).",
+)
 @click.option(
     "--precompile/--no-precompile",
     default=True,
