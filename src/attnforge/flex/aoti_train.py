@@ -6,7 +6,11 @@ AOTInductor compiles inference graphs. A training step is made of two: one fwd+b
 graphs and the block mask as constants), then split into a forward graph ``(q, k, v) -> (out, lse)`` and a
 backward graph ``(q, k, v, grad_out, out, lse) -> (dq, dk, dv)``; each is exported and compiled. The loader
 (``attnforge_flex``) runs them inside an ``autograd.Function``. Measured on the H100 (torch 2.11): first
-fwd+bwd call 0.39-0.50 s vs 7-8 s cold (benchmarks/results/flex_aoti_backward_h100.json).
+fwd+bwd call 0.56 s vs 11.0 s cold through the builder, 0.44 s through the wheel (causal;
+benchmarks/results/flex_first_call_aoti_train_h100.json, flex_wheel_first_call_aoti_train_h100.json).
+
+The backward graph's example ``out``/``lse`` come from running the forward graph eagerly, which materializes
+the score matrix (B x H x S x S fp32: 1 GiB at B4 H16 S2048); a very long static sequence may not fit.
 
 Building needs the GPU: Inductor has no CPU FlexAttention backward. A variant whose trace, export or compile
 fails keeps its precompiled function (the builder records why).
