@@ -4,10 +4,10 @@ AOTInductor exports inference graphs; a fwd+bwd first call otherwise loads a pre
 is the import of torch's compile stack (seconds). This probe builds the variant the way attnforge's builder
 does (``attnforge.flex.aoti_train``: one fwd+bwd call traced with ``make_fx``, split into a forward graph
 ``(q, k, v) -> (out, lse)`` and a backward graph ``(q, k, v, grad_out, out, lse) -> (dq, dk, dv)``, each
-exported and AOTInductor-compiled), then in a fresh process loads both through torch's C++ loader, runs them
-inside an ``autograd.Function`` and times the first fwd+bwd call against eager gradients. A failing step is
-reported with its error. Use a C++ compiler that passes the builder's probe (``CXX=/usr/bin/g++`` on the H100
-machine).
+exported and AOTInductor-compiled), then in a fresh process loads both through torch's C++ loader, runs
+them as ``attnforge_flex`` does (``TrainPackages``, an ``autograd.Function``) and times the first fwd+bwd
+call against eager gradients. A failing step is reported with its error. Use a C++ compiler that passes the
+builder's probe (``CXX=/usr/bin/g++`` on the H100 machine).
 
     python benchmarks/flex_aoti_backward.py --device cuda --mask causal --out /tmp/aotibwd
 """
@@ -63,7 +63,7 @@ import torch
 faulthandler.enable()
 def say(m): print(m, file=sys.stderr, flush=True)
 sys.path.insert(0, sys.argv[3])
-from attnforge.flex.runtime import load_package, mods
+from attnforge.flex.runtime import TrainPackages, load_package, mods
 from pathlib import Path
 v = json.loads(sys.argv[1]); d = sys.argv[2]; dev = v["device"]
 q, k, vv = mods.make_inputs(v, dev, grad=True)
@@ -71,26 +71,11 @@ go = torch.randn_like(q)
 sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
 sync()
 t0 = time.perf_counter()
-fwd = load_package(Path(d) / (v["name"] + ".fwd.pt2"))
-bwd = load_package(Path(d) / (v["name"] + ".bwd.pt2"))
-say(f"loaded {type(fwd).__name__} {type(bwd).__name__}")
+attn = TrainPackages(load_package(Path(d) / (v["name"] + ".fwd.pt2")),
+                     load_package(Path(d) / (v["name"] + ".bwd.pt2")))  # as attnforge_flex runs the pair
+say("loaded")
 load_s = time.perf_counter() - t0
-
-class Attn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, vv):
-        say("fwd")
-        out, lse = fwd(q, k, vv)
-        say("fwd done")
-        ctx.save_for_backward(q, k, vv, out, lse)
-        return out
-    @staticmethod
-    def backward(ctx, g):
-        q, k, vv, out, lse = ctx.saved_tensors
-        say("bwd")
-        return tuple(bwd(q, k, vv, g.contiguous(), out, lse))
-
-o = Attn.apply(q, k, vv)
+o = attn(q, k, vv)
 o.backward(go)
 sync()
 first = time.perf_counter() - t0
@@ -98,7 +83,7 @@ grads = [t.grad.clone() for t in (q, k, vv)]
 times = []
 for _ in range(20):
     for t in (q, k, vv): t.grad = None
-    t1 = time.perf_counter(); Attn.apply(q, k, vv).backward(go); sync(); times.append(time.perf_counter() - t1)
+    t1 = time.perf_counter(); attn(q, k, vv).backward(go); sync(); times.append(time.perf_counter() - t1)
 times.sort()
 # reference: eager flex_attention fwd+bwd on the same inputs
 if dev == "cpu":

@@ -53,8 +53,8 @@ FlexAttention variants compiled ahead of time by attnforge for {env_line}.
 ```python
 import attnforge_flex
 attnforge_flex.load()                     # Mega-Cache artifacts into torch's compile caches
-fn = attnforge_flex.attention("{first}")  # runs the AOTInductor package (fwd) or the precompiled
-                                          # function (fwd+bwd) for the built shape, else torch.compile
+fn = attnforge_flex.attention("{first}")  # runs the AOTInductor package(s) (fwd; fwd+bwd: a pair) or the
+                                          # precompiled function for the built inputs, else torch.compile
 ```
 
 Variants: {variants}. Built {created}. In another environment `load()` warns once and loads nothing.

@@ -181,7 +181,7 @@ def _load_packages(v: dict[str, Any], package: str) -> Any:
 
 
 def _grad_err(v: dict[str, Any], fn: Any) -> dict[str, Any]:
-    """fwd+bwd through ``fn`` vs eager flex_attention: max |difference| of out, dq, dk, dv."""
+    """fwd+bwd through ``fn`` vs eager flex_attention: max |difference| of dq, dk, dv."""
     import torch
 
     from .runtime import mods

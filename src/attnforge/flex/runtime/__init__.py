@@ -121,8 +121,7 @@ def load(artifacts: str | Path | None = None, names: list[str] | None = None) ->
             continue
         path = base / mc["file"]
         try:
-            if _sha256(path) != mc.get("sha256"):
-                raise ValueError("sha256 differs from the manifest (corrupted or replaced)")
+            _check_sha256(path, mc.get("sha256"))
             info = torch.compiler.load_cache_artifacts(path.read_bytes())
         except Exception as exc:
             res.skipped[name] = f"{path.name}: {exc}"
@@ -151,10 +150,8 @@ def attention(name: str, artifacts: str | Path | None = None, device: str | None
     # a working AOTInductor package runs without any compile: forward-only variants (CPU ones, typically),
     # and fwd+bwd variants built with their backward package (GPU)
     packaged = aoti(name, artifacts, quiet=True)
-    if packaged is not None and spec.get("backward") and not getattr(packaged, "backward", False):
-        packaged = (
-            None  # a forward-only package of a fwd+bwd variant (older builds): the precompiled function
-        )
+    if spec.get("backward") and not getattr(packaged, "backward", False):
+        packaged = None  # none, or a forward-only package of a fwd+bwd variant (older builds): precompiled
     # otherwise a precompiled function (fwd+bwd) skips tracing and cache lookups when the inputs fit it
     pre = precompiled_function(name, artifacts, quiet=True) if packaged is None else None
     return _Guarded(call, spec, packaged, pre)
@@ -239,10 +236,10 @@ class _Guarded:
 
 def _usable_file(
     name: str, key: str, what: str, artifacts: str | Path | None, quiet: bool
-) -> tuple[Path, str] | None:
-    """The variant's ``key`` artifact file ("aoti", "precompiled") and the device it was built for, when it
-    built, is intact (sha256) and was built in an environment matching this one; else None (with a warning
-    unless ``quiet``, and always for a corrupted file or another environment)."""
+) -> tuple[Path, str, dict[str, Any]] | None:
+    """The variant's ``key`` artifact file ("aoti", "precompiled"), the device it was built for and its
+    manifest record, when it built, is intact (sha256) and was built in an environment matching this one; else
+    None (with a warning unless ``quiet``, and always for a corrupted file or another environment)."""
     base = _base(artifacts)
     try:
         data = read_manifest(base)
@@ -258,8 +255,7 @@ def _usable_file(
         return None
     path: Path = base / str(art["file"])
     try:
-        if _sha256(path) != art.get("sha256"):
-            raise ValueError("sha256 differs from the manifest (corrupted or replaced)")
+        _check_sha256(path, art.get("sha256"))
     except (OSError, ValueError) as exc:
         _warn_once(f"variant {name}: {what} not used: {exc}")
         return None
@@ -269,7 +265,13 @@ def _usable_file(
     if diff:
         _warn_once(f"{what} built for another environment: " + "; ".join(diff))
         return None
-    return path, str((entry or {}).get("spec", {}).get("device", data["env"].get("device", "cuda")))
+    return path, str((entry or {}).get("spec", {}).get("device", data["env"].get("device", "cuda"))), art
+
+
+def _check_sha256(path: Path, expected: Any) -> None:
+    """Raises ValueError when the file's sha256 is not the manifest's (OSError when it cannot be read)."""
+    if _sha256(path) != expected:
+        raise ValueError("sha256 differs from the manifest (corrupted or replaced)")
 
 
 def aoti(name: str, artifacts: str | Path | None = None, quiet: bool = False) -> Any:
@@ -279,15 +281,13 @@ def aoti(name: str, artifacts: str | Path | None = None, quiet: bool = False) ->
     found = _usable_file(name, "aoti", "AOTInductor package", artifacts, quiet)
     if found is None:
         return None
-    path, _device = found
-    entry = next(e for e in read_manifest(_base(artifacts))["variants"] if e["name"] == name)
-    bwd = entry["aoti"].get("backward_file")
+    path, _device, art = found
+    bwd = art.get("backward_file")
     try:
         if not bwd:
             return load_package(path)
         bwd_path = path.with_name(str(bwd))
-        if _sha256(bwd_path) != entry["aoti"].get("backward_sha256"):
-            raise ValueError(f"{bwd}: sha256 differs from the manifest (corrupted or replaced)")
+        _check_sha256(bwd_path, art.get("backward_sha256"))  # the pair is one artifact: both intact
         return TrainPackages(load_package(path), load_package(bwd_path))
     except Exception as exc:
         _warn_once(f"variant {name}: AOTInductor package does not load: {exc}")
@@ -300,7 +300,7 @@ def precompiled_function(name: str, artifacts: str | Path | None = None, quiet: 
     found = _usable_file(name, "precompiled", "precompiled function", artifacts, quiet)
     if found is None:
         return None
-    path, device = found
+    path, device, _art = found
     from . import precompiled
 
     try:
