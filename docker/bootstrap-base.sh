@@ -1,7 +1,7 @@
 #!/bin/sh
 # Make a local Debian base image without a registry: debootstrap + docker import (needs root).
 # Usage: docker/bootstrap-base.sh [TAG] [SUITE] [MIRROR]   (default local/debian:bookworm bookworm deb.debian.org)
-# Idempotent: an existing TAG is left alone. The Python equivalent is attnforge.build.base_image.
+# Idempotent: an existing TAG is left alone. The Python equivalent is attnforge.images.bootstrap.
 set -eu
 TAG=${1:-local/debian:bookworm}
 SUITE=${2:-bookworm}

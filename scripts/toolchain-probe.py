@@ -14,7 +14,7 @@ fresh child process:
 
 Prints one JSON document: compiler versions, the libstdc++ the process loaded, and each probe's outcome
 (``ok``, or the signal that killed the child). Needs torch and ``PYTHONPATH=src`` (the exception probe is
-the builder's ``attnforge.build.incontainer.CXX_PROBE``, which the builder itself runs before compiling;
+the builder's ``attnforge.builder.main.CXX_PROBE``, which the builder itself runs before compiling;
 the children import the same ``attnforge`` as this script).
 """
 
@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 import attnforge
-from attnforge.build.incontainer import CXX_PROBE
+from attnforge.builder.compiler import CXX_PROBE
 from attnforge.flex.worker import aoti_probe
 
 # the flash-attn builder's own probe (run with PYTHONPATH=src)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from attnforge.cli import main
-from attnforge.compat import CompatData, load_compat
+from attnforge.matrix.compat import CompatData, load_compat
 
 ROOT = Path(__file__).resolve().parents[1]
 MINI_COMPAT = ROOT / "tests" / "data" / "compat_mini.toml"

@@ -7,11 +7,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from .compat import CompatData, load_compat
-from .locking import LOCK_FILE, read_lock
-from .matrix_file import load_matrix
-from .plan import Plan, plan_target
-from .schema import Matrix
+from .matrix.compat import CompatData, load_compat
+from .matrix.file import load_matrix
+from .matrix.lock import LOCK_FILE, read_lock
+from .matrix.plan import Plan, plan_target
+from .matrix.schema import Matrix
 
 
 @dataclass

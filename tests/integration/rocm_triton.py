@@ -2,7 +2,7 @@
 
 The sdist: a verified local copy, else PyPI (8.4 MB). Local copies, in order: $ATTNFORGE_FA_SDIST, the
 repository's .carry/ and .attnforge-cache/sources/, /tmp/probe/. The download asks PyPI's simple page for the
-file (`attnforge.locking.sdist_url`, which reads the JSON form, PEP 691, and the HTML one, PEP 503, that some
+file (`attnforge.matrix.lock.sdist_url`, which reads the JSON form, PEP 691, and the HTML one, PEP 503, that some
 mirrors serve instead).
 
 The fresh-venv check, as both tests run it: `fresh_venv` (a new venv with the CPU torch stand-in and triton,
@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from attnforge.build.sources import _download, sha256_of
-from attnforge.locking import sdist_url
+from attnforge.engine.sources import _download, sha256_of
+from attnforge.matrix.lock import sdist_url
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "flash_attn-2.8.3.tar.gz"

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.build import incontainer as ic
+from attnforge.builder import compiler as ic
+from attnforge.builder.exits import EXIT_ENV, BuildFailure
 
 pytest.importorskip("torch")
 
@@ -55,11 +56,11 @@ def test_a_failing_compiler_is_replaced_and_the_verdict_cached(tmp_path: Path, b
 
 
 def test_no_usable_compiler_is_an_environment_error(tmp_path: Path, broken_cxx: str) -> None:
-    with pytest.raises(ic.BuildFailure) as err:
+    with pytest.raises(BuildFailure) as err:
         ic.choose_host_compiler(
             sys.executable, tmp_path, dict(os.environ, CXX=broken_cxx), Lines(), fallbacks=()
         )  # type: ignore[arg-type]
-    assert err.value.code == ic.EXIT_ENV
+    assert err.value.code == EXIT_ENV
     assert broken_cxx in err.value.message and "set CXX/CC" in err.value.message
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.build.base_image import BaseImageError, bootstrap_debian_base, image_id
+from attnforge.images.bootstrap import BaseImageError, bootstrap_debian_base, image_id
 
 pytestmark = [pytest.mark.docker]
 

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from attnforge.cell import Cell
-from attnforge.compat import load_compat
-from attnforge.matrix_file import parse_matrix
-from attnforge.plan import plan_target
+from attnforge.matrix.cell import Cell
+from attnforge.matrix.compat import load_compat
+from attnforge.matrix.file import parse_matrix
+from attnforge.matrix.plan import plan_target
 from tests.integration.rocm_triton import (
     NAME,
     TORCH,

@@ -19,12 +19,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
-from attnforge.cell import Cell
-from attnforge.compat import load_compat
-from attnforge.matrix_file import parse_matrix
-from attnforge.plan import plan_target
-from attnforge.rocm.backends import plan_rocm_build
 from attnforge.rocm.triton_wheel import (
     TritonWheelInputs,
     TritonWheelResult,
@@ -32,6 +26,12 @@ from attnforge.rocm.triton_wheel import (
     make_build_python,
     verify_triton_wheel,
 )
+
+from attnforge.matrix.cell import Cell
+from attnforge.matrix.compat import load_compat
+from attnforge.matrix.file import parse_matrix
+from attnforge.matrix.plan import plan_target
+from attnforge.rocm.backends import plan_rocm_build
 from tests.integration.rocm_triton import (
     TORCH,
     TORCH_CPU,

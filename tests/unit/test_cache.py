@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from attnforge.builder.spec import BuildSpec, Source
 from attnforge.cache.lock import build_lock
 from attnforge.cache.scan import scan
 from attnforge.cache.units import format_size, parse_duration, parse_size
@@ -39,17 +40,13 @@ def _spec(cache: Path, cp: str, cell: str, venv: str, days: float) -> None:
     """A cell's build folder as the engine leaves it: a build tree and spec.json naming what it used."""
     workdir = cache / "cells" / KEY / cp
     _write(workdir / "tree" / "build" / "flash_api.o", 50_000)
-    spec = {
-        "cell_id": cell,
-        "kernel_set_key": KEY,
-        "build_dir": str(workdir / "tree"),
-        "out_dir": str(workdir / "out"),
-        "venv_dir": str(cache / "venvs" / venv),
-        "objects_dir": str(cache / "cells" / KEY / "objects"),
-        "ccache_dir": str(cache / "ccache"),
-        "sdist": str(cache / "sources" / "flash_attn-2.8.3.tar.gz"),
-    }
-    (workdir / "spec.json").write_text(json.dumps(spec))
+    spec = BuildSpec(
+        cell_id=cell, kernel="flash-attn", kernel_version="2.8.3", python="3.11", torch="2.14.1",
+        source=Source(str(cache / "sources" / "flash_attn-2.8.3.tar.gz"), "0" * 64), kernel_set_key=KEY,
+        build_dir=str(workdir / "tree"), output_dir=str(workdir / "out"), venv_dir=str(cache / "venvs" / venv),
+        kernel_objects_dir=str(cache / "cells" / KEY / "objects"), ccache_dir=str(cache / "ccache"),
+    )  # fmt: skip
+    (workdir / "spec.json").write_text(spec.dumps())
     _age(workdir, days)
 
 
@@ -230,14 +227,15 @@ def test_prune_removes_an_emptied_kernel_set(run_cli: Run, cache: Path, output: 
 
 @pytest.fixture
 def running_builder(cache: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A process whose command line is a builder's (`... incontainer.py --spec <cp311's spec>`)."""
+    """A process whose command line is a builder's (`python ... -m builder --spec <cp311's spec>`)."""
     spec = cache / "cells" / KEY / "cp311" / "spec.json"
     proc = subprocess.Popen(
         [
             sys.executable,
             "-c",
             "import time; time.sleep(60)",
-            "/opt/attnforge/build/incontainer.py",
+            "-m",
+            "builder",
             "--spec",
             str(spec),
         ]

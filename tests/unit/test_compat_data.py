@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from attnforge.compat import load_compat
+from attnforge.matrix.compat import load_compat
 
 Run = Callable[..., tuple[int, str, str]]
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnforge.build.docker_backend import LOCAL_BASE, DockerBackend, build_image
-from attnforge.build.progress import ProgressView
-from attnforge.cell import Toolkit
+from attnforge.backends.docker import LOCAL_BASE, DockerBackend, build_image
+from attnforge.engine.progress import ProgressView
 from attnforge.errors import EnvironmentProblem
+from attnforge.matrix.cell import Toolkit
 from attnforge.project import Project
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.build.pip_config import PipOptions
-from attnforge.compat import NgcRelease
+from attnforge.backends.pip_config import PipOptions
 from attnforge.errors import ConfigurationError, PublishError
 from attnforge.images import push as push_mod
 from attnforge.images.bases import BaseRecord, load_bases, write_bases
@@ -32,9 +31,10 @@ from attnforge.images.credentials import resolve_credentials
 from attnforge.images.docker import Docker, pushed_digest, redact
 from attnforge.images.localindex import LocalIndexServer, Sources, project_of
 from attnforge.images.naming import ImageSpec, aliases, is_alias, parse_tag, resolve_tags
-from attnforge.images.pull import Candidate, Host, arch_fit, evaluate
 from attnforge.images.record import BuiltImage, ImageSet
 from attnforge.images.registry import Manifest, is_loopback
+from attnforge.install.pull import Candidate, Host, arch_fit, evaluate
+from attnforge.matrix.compat import NgcRelease
 
 FLOORS = {12: "525.60.13", 13: "580.65.06"}
 

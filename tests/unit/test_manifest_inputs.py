@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from attnforge.build.engine import CellJob
-from attnforge.build.incontainer_api import make_spec
-from attnforge.build.manifest import build_manifest, manifest_inputs
-from attnforge.build.resources import Parallelism
-from attnforge.cell import Cell
+from attnforge.builder.spec import Source
 from attnforge.commands.images import cell_inputs
-from attnforge.compat import CompatData
-from attnforge.matrix_file import parse_matrix
-from attnforge.plan import plan_target
+from attnforge.engine.jobs import CellJob, make_spec
+from attnforge.engine.resources import Parallelism
+from attnforge.matrix.cell import Cell
+from attnforge.matrix.compat import CompatData
+from attnforge.matrix.file import parse_matrix
+from attnforge.matrix.plan import plan_target
+from attnforge.wheels.manifest import build_manifest, manifest_inputs
 
 SHA = "1" * 64
 MATRIX = f"""\
@@ -63,7 +63,7 @@ def test_build_manifest_inputs_unchanged(cells: dict[str, Cell], tmp_path: Path)
     wheel.write_bytes(b"PK")
     par = Parallelism(2, 1, 4.5, "test")
     spec = make_spec(
-        cell, sdist=tmp_path / "s.tar.gz", workdir=tmp_path / "w", objects_dir=tmp_path / "o",
+        cell, source=Source(str(tmp_path / "s.tar.gz"), "0" * 64), workdir=tmp_path / "w", objects_dir=tmp_path / "o",
         ccache_dir=tmp_path / "c", parallelism=par,
     )  # fmt: skip
     job = CellJob(cell, spec, tmp_path / "w", tmp_path / "log", par, "hash")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from attnforge.errors import ConfigurationError
-from attnforge.matrix_file import load_matrix, parse_matrix
+from attnforge.matrix.file import load_matrix, parse_matrix
 
 GOOD = """\
 version: 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from attnforge.parity.manifest import record_from_report, record_parity
+from attnforge.wheels.manifest import record_from_report, record_parity
 
 MANIFEST = {
     "schema": 1, "cell_id": "c", "variant": "cu130-torch2.11", "kernel": "flash-attn", "kernel_version": "2.8.3",

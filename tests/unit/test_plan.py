@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from attnforge.compat import CompatData
 from attnforge.errors import ConfigurationError, NothingToDoError
-from attnforge.matrix_file import parse_matrix
-from attnforge.plan import plan_target, select_cells
+from attnforge.matrix.compat import CompatData
+from attnforge.matrix.file import parse_matrix
+from attnforge.matrix.plan import plan_target, select_cells
 
 MATRIX = """\
 version: 1
@@ -141,7 +141,7 @@ def test_select_cells(mini_compat: CompatData) -> None:
 
 
 def test_a_pure_python_wheel_declared_for_two_pythons_is_one_cell() -> None:
-    from attnforge.compat import load_compat
+    from attnforge.matrix.compat import load_compat
 
     text = MATRIX.replace(
         "  full: {{}}", "  full: {{}}\n  triton: {{tag: triton, rocm_backend: triton}}"

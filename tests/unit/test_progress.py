@@ -7,7 +7,7 @@ import io
 import pytest
 from rich.console import Console
 
-from attnforge.build.progress import ProgressView
+from attnforge.engine.progress import ProgressView
 
 CELL = "flash-attn-2.8.3-cu130-torch2.14.1-cp311-abi1-sm90-fwd128-x86_64"
 

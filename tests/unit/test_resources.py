@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from attnforge.build.resources import JobMemoryTable, Machine, choose_parallelism, detect_machine
+from attnforge.engine.resources import JobMemoryTable, Machine, choose_parallelism, detect_machine
 
 
 def test_two_cores_plenty_of_memory() -> None:

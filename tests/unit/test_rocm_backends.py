@@ -6,15 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.build.resources import JobMemoryTable, Machine
-from attnforge.cell import Cell, Toolkit
-from attnforge.compat import CompatData, load_compat
+from attnforge.builder.knobs import ROCM_ENV_TO_CLEAR as ENV_TO_CLEAR
+from attnforge.engine.resources import JobMemoryTable, Machine
 from attnforge.errors import ConfigurationError
-from attnforge.matrix_file import parse_matrix
-from attnforge.plan import plan_target
+from attnforge.matrix.cell import Cell, Toolkit
+from attnforge.matrix.compat import CompatData, load_compat
+from attnforge.matrix.file import parse_matrix
+from attnforge.matrix.plan import plan_target
+from attnforge.matrix.schema import ProfileSpec
 from attnforge.rocm.backends import (
     CK_GFX_DEFAULT,
-    ENV_TO_CLEAR,
     backend_of,
     build_env,
     gpu_archs_value,
@@ -22,7 +23,6 @@ from attnforge.rocm.backends import (
     rocm_parallelism,
     torch_index_name,
 )
-from attnforge.schema import ProfileSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 TRITON = ProfileSpec(tag="triton", rocm_backend="triton")

@@ -3,23 +3,25 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from attnforge.build.engine import Engine, input_hash
-from attnforge.build.local_backend import LocalBackend
-from attnforge.build.progress import ProgressView
-from attnforge.build.routing import RocmCkBackend, route_of
-from attnforge.build.triton_backend import BUILD_TORCH_ENV, DEFAULT_BUILD_TORCH, TritonBackend
-from attnforge.cell import Cell
+from attnforge.backends.docker import DockerBackend
+from attnforge.backends.local import LocalBackend
+from attnforge.backends.routing import RocmCkBackend, route_of
+from attnforge.builder.spec import Source
 from attnforge.commands.build import cells_to_build
+from attnforge.engine.jobs import TRITON_BUILD_TORCH_ENV, input_hash
+from attnforge.engine.progress import ProgressView
+from attnforge.engine.run import Engine
 from attnforge.errors import BuildError, ConfigurationError, EnvironmentProblem
+from attnforge.matrix.cell import Cell
 from attnforge.project import Project
 from attnforge.rocm.backends import plan_rocm_build
 from attnforge.rocm.toolchain import ck_needs
-from attnforge.rocm.triton_wheel import TritonWheelInputs
 
 ROOT = Path(__file__).resolve().parents[2]
 Run = Callable[..., tuple[int, str, str]]
@@ -54,7 +56,6 @@ def test_triton_cell_names_a_pure_wheel(cells: dict[str, Cell]) -> None:
     triton, ck, cuda = cells["triton"], cells["ck"], cells["cuda"]
     assert triton.pure_python and not ck.pure_python and not cuda.pure_python
     assert triton.wheel_name == "flash_attn-2.8.3+rocm6.4torch2.9cxx11abiTRUE.triton-py3-none-any.whl"
-    assert triton.wheel_name == TritonWheelInputs.from_cell(triton).wheel_name  # the builder's own name
     assert ck.wheel_name == "flash_attn-2.8.3+rocm6.4torch2.8cxx11abiTRUE.ck-cp312-cp312-linux_x86_64.whl"
     assert cuda.wheel_name.endswith("-cp311-cp311-linux_x86_64.whl")
     assert plan_rocm_build(triton).wheel_tag == triton.wheel_tag == "py3-none-any"
@@ -68,27 +69,35 @@ def test_each_cell_gets_its_backend(project: Project, cells: dict[str, Cell]) ->
     engine = Engine(project, local, ProgressView(quiet=True))
     assert engine.backend_for(cells["cuda"]) is local
     triton = engine.backend_for(cells["triton"])
-    assert isinstance(triton, TritonBackend) and triton is engine.backend_for(cells["triton"])
-    assert triton.venv.parent == project.path(".attnforge-cache") / "venvs"
+    assert isinstance(triton, LocalBackend) and triton is not local and triton is engine.backend_for(cells["triton"])
     assert isinstance(engine.backend_for(cells["ck"]), RocmCkBackend)
+    docker = Engine(project, DockerBackend(project), ProgressView(quiet=True))
+    assert isinstance(docker.backend_for(cells["triton"]), LocalBackend)  # whatever --backend says
     par = engine.parallelism(cells["triton"], 1)
     assert par.max_jobs == 1 and "no device code" in par.reason
 
 
-def test_triton_identity_follows_the_build_torch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv(BUILD_TORCH_ENV, raising=False)
-    default = TritonBackend(tmp_path)
-    assert default.requirements[0] == DEFAULT_BUILD_TORCH and default.pip_args == []
-    assert default.identity() == TritonBackend(tmp_path).identity()
-    monkeypatch.setenv(BUILD_TORCH_ENV, "torch==2.9.1+cpu")
-    other = TritonBackend(tmp_path)
-    assert other.requirements[0] == "torch==2.9.1+cpu" and other.identity() != default.identity()
+def test_triton_spec_builds_with_a_cpu_stand_in_torch(
+    project: Project, cells: dict[str, Cell], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same builder, told to build with this machine's Python and the pinned CPU torch (the wheel is
+    py3-none-any; setup.py only imports torch); ATTNFORGE_TRITON_BUILD_TORCH names another."""
+    monkeypatch.delenv(TRITON_BUILD_TORCH_ENV, raising=False)
+    engine = Engine(project, LocalBackend(), ProgressView(quiet=True))
+    source = Source("/s/flash_attn-2.8.3.tar.gz", "0" * 64)
+    spec = engine.job_for(cells["triton"], source, 1, "h").spec
+    py = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert spec.pure_python and spec.python == py and spec.torch_variant is None
+    assert spec.torch_requirement == "torch==2.13.0+cpu" and spec.torch == "2.13.0"
+    assert spec.venv_dir.endswith(f"venvs/triton-build-cp{py.replace('.', '')}") and not spec.import_check
+    monkeypatch.setenv(TRITON_BUILD_TORCH_ENV, "torch==2.9.1+cpu")
+    other = engine.job_for(cells["triton"], source, 1, "h").spec
+    assert other.torch_requirement == "torch==2.9.1+cpu" and other.torch == "2.9.1"
 
 
-def test_input_hash_depends_on_the_backend(cells: dict[str, Cell], tmp_path: Path) -> None:
-    triton = TritonBackend(tmp_path)
-    assert input_hash(cells["triton"], triton.identity()) != input_hash(
-        cells["triton"], LocalBackend().identity()
+def test_input_hash_depends_on_the_backend(project: Project, cells: dict[str, Cell]) -> None:
+    assert input_hash(cells["triton"], LocalBackend().identity()) != input_hash(
+        cells["triton"], DockerBackend(project).identity()
     )
 
 
@@ -148,4 +157,4 @@ def test_cell_is_found_in_any_target_without_target(project: Project) -> None:
 def test_dry_run_names_the_backend_and_the_wheel(run_cli: Run, project: Project) -> None:
     code, out, err = run_cli("--matrix", str(project.matrix_path), "build", "--cell", TRITON_ID, "--dry-run")
     assert code == 0, err
-    assert "triton-py3-none-any.whl (triton)" in out + err and "MAX_JOBS=1" in out + err
+    assert "triton-py3-none-any.whl (local)" in out + err and "MAX_JOBS=1" in out + err

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from attnforge.cell import Cell, Toolkit
-from attnforge.compat import CompatData
-from attnforge.rules import check
-from attnforge.schema import ProfileSpec
+from attnforge.matrix.cell import Cell, Toolkit
+from attnforge.matrix.compat import CompatData
+from attnforge.matrix.rules import check
+from attnforge.matrix.schema import ProfileSpec
 
 
 def cell(**kw: object) -> Cell:

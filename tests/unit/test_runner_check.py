@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.cell import Cell
-from attnforge.compat import CompatData, load_compat
+from attnforge.matrix.cell import Cell
+from attnforge.matrix.compat import CompatData, load_compat
 from attnforge.project import Project
 from attnforge.runner.arches import arch_runs_on, sm_of_compute_cap
 from attnforge.runner.checks import CheckOptions, driver_floor, driver_tuple

@@ -8,9 +8,9 @@ import pytest
 from pydantic import ValidationError
 
 from attnforge.errors import ConfigurationError, PublishError
-from attnforge.wheels.destinations import Destination, ad_hoc, redact, resolve_credentials
-from attnforge.wheels.index import Bundle
-from attnforge.wheels.publish import apply_parity_gate
+from attnforge.publish.destinations import Destination, ad_hoc, redact, resolve_credentials
+from attnforge.publish.index import Bundle
+from attnforge.publish.run import apply_parity_gate
 
 SECRET = "hunter2-but-longer"
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from attnforge.errors import ConfigurationError, PublishError
-from attnforge.wheels.index import ALL, MARKER, Bundle, StaticIndex, check_conflicts
-from attnforge.wheels.serve import make_server, negotiate
+from attnforge.publish.index import ALL, MARKER, Bundle, StaticIndex, check_conflicts
+from attnforge.publish.serve import make_server, negotiate
 from attnforge.wheels.wheelio import Member, write_wheel
 
 JSON = "application/vnd.pypi.simple.v1+json"

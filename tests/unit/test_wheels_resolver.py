@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from attnforge.wheels.doctor import diagnose
-from attnforge.wheels.index import Bundle, StaticIndex
-from attnforge.wheels.resolver import Env, arch_runs_on, interpreter_abis, resolve, run_probe
+from attnforge.install.doctor import diagnose
+from attnforge.install.which import Env, arch_runs_on, interpreter_abis, resolve, run_probe
+from attnforge.publish.index import Bundle, StaticIndex
 from attnforge.wheels.wheelio import Member, write_wheel
 from tests.unit.test_wheels_index import make_bundle
 

@@ -28,6 +28,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..builder.exits import BuildFailure
+from ..builder.spec import BuildSpec
 from .lock import LOCK_NAME
 
 TRASH_SUFFIX = ".attnforge-trash"  # an entry being removed (renamed first, then deleted)
@@ -100,14 +102,12 @@ def _spec_uses(cache: Path) -> dict[Path, _Use]:
     uses: dict[Path, _Use] = {}
     for spec_path in sorted(cache.glob("cells/*/*/spec.json")):
         try:
-            spec = json.loads(spec_path.read_text())
+            spec = BuildSpec.load(spec_path)
             when = spec_path.stat().st_mtime
-        except (OSError, ValueError):
+        except (OSError, BuildFailure):
             continue
-        cell = str(spec.get("cell_id") or "")
-        named = [spec_path.parent] + [
-            Path(str(spec[k])) for k in ("venv_dir", "objects_dir", "sdist") if spec.get(k)
-        ]
+        cell = spec.cell_id
+        named = [spec_path.parent, *spec.shared_paths()]
         for p in named:
             use = uses.setdefault(p, _Use())
             if cell and cell not in use.cells:

@@ -1,10 +1,11 @@
 """A cibuildwheel configuration per cell: what `attnforge build --backend cibuildwheel` runs.
 
 `cibuildwheel_config(cell)` returns the `[tool.cibuildwheel]` table as a dict; `to_toml()` writes it as
-a file for `cibuildwheel --platform linux --config-file FILE SOURCE_DIR`. Standalone (stock manylinux_2_28
-image, toolkit via dnf, torch from PyTorch's index) it is a starting point for a project's own CI; the
-cibuildwheel backend (`attnforge.build.cibuildwheel_backend`) passes `prepared=True` plus the attnforge
-knobs, pip mirrors and `docker create` flags, and points it at the source tree attnforge patched.
+a file for `cibuildwheel --platform linux --config-file FILE SOURCE_DIR` (`attnforge ci cibuildwheel
+--cell ID`). It is attnforge's cell exported for a project whose CI already runs cibuildwheel (stock
+manylinux_2_28 image, toolkit via dnf, torch from PyTorch's index): upstream's setup.py knobs only, so the
+caveats written into the file say what attnforge's own builder does beyond it (patches, head-dim/dtype
+subsets, kernel objects shared across Pythons). attnforge itself builds through its one builder.
 What cibuildwheel's Linux container mode needs (read from pypa/cibuildwheel 4.x, oci_container.py,
 platforms/linux.py and docs/options.md):
 
@@ -29,8 +30,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..cell import Cell
 from ..errors import ConfigurationError
+from ..matrix.cell import Cell
 from ..wheels.finalize import TORCH_PROVIDED_LIBS
 
 MANYLINUX = "manylinux_2_28"
@@ -114,7 +115,7 @@ def _check_env_value(key: str, value: str) -> None:
 
 
 def _environment(
-    cell: Cell, max_jobs: int | None, nvcc_threads: int | None, prepared: bool, env: Mapping[str, str]
+    cell: Cell, max_jobs: int | None, nvcc_threads: int | None, env: Mapping[str, str]
 ) -> dict[str, str]:
     tk = cell.toolkit
     out: dict[str, str] = {
@@ -137,7 +138,7 @@ def _environment(
             }
         )
         flags = cell.compile_flags()
-        if flags and not prepared:  # a prepared tree's setup hook gives them to nvcc *and* g++
+        if flags:
             out["NVCC_APPEND_FLAGS"] = " ".join(flags)
     else:
         out.update({"BUILD_TARGET": "rocm", "GPU_ARCHS": ";".join(cell.arches), "ROCM_HOME": "/opt/rocm"})
@@ -170,7 +171,6 @@ def cibuildwheel_config(
     index_url: str | None = None,
     pip_env: Mapping[str, str] | None = None,
     env: Mapping[str, str] | None = None,
-    prepared: bool = False,
     disable_host_mount: bool = False,
 ) -> dict[str, Any]:
     """The `[tool.cibuildwheel]` table that builds exactly this cell's wheel.
@@ -179,9 +179,8 @@ def cibuildwheel_config(
     without one, the pinned manylinux_2_28 image and a `dnf` toolkit install. `max_jobs`/`nvcc_threads`
     come from the engine's `choose_parallelism` (nothing is guessed here). `index_url` replaces PyPI
     and PyTorch's index for torch; `pip_env` (PIP_INDEX_URL, PIP_FIND_LINKS, PIP_CONSTRAINT, ...) instead
-    configures every pip in the container (before-build and the test venv: air-gapped mirrors).
-    `prepared`: the source is attnforge's patched tree, whose setup hook reads the profile from `env`
-    (incontainer's ATTNFORGE_* knobs), so no NVCC_APPEND_FLAGS. `env` is applied last.
+    configures every pip in the container (before-build and the test venv: air-gapped mirrors). `env` is
+    applied last.
     """
     if cell.platform != "x86_64":
         raise ConfigurationError(f"{cell.id}: only x86_64 cells are mapped to cibuildwheel so far")
@@ -193,7 +192,7 @@ def cibuildwheel_config(
     # (auditwheel's `auto`, what `wheels finalize` picks too), not its AUDITWHEEL_PLAT plus that tag
     plat = "auto" if image else f"{MANYLINUX}_x86_64"
     torch_pin = f"torch=={cell.torch}"
-    environment = _environment(cell, max_jobs, nvcc_threads, prepared, {**(pip_env or {}), **(env or {})})
+    environment = _environment(cell, max_jobs, nvcc_threads, {**(pip_env or {}), **(env or {})})
     build_reqs = " ".join(shlex.quote(r) for r in BUILD_REQUIREMENTS)
     index = index_url or torch_index(cell)
     if pip_env is not None:  # every pip in the container is configured by PIP_* (mirrors)
@@ -229,25 +228,20 @@ def cibuildwheel_config(
     return config
 
 
-def caveats(cell: Cell, *, prepared: bool = False) -> list[str]:
-    """What this config alone cannot do for the cell (`prepared`: attnforge made the source tree)."""
+def caveats(cell: Cell) -> list[str]:
+    """What this config alone cannot do for the cell, which attnforge's own builder does."""
     notes: list[str] = []
-    if prepared:
+    if cell.patches:
         notes.append(
-            f"source tree prepared by attnforge (patches {', '.join(cell.patches) or 'none'} + profile hooks)"
-        )
-    elif cell.patches:
-        notes.append(
-            f"needs attnforge's source patches ({', '.join(cell.patches)}): point cibuildwheel at the tree "
-            "attnforge prepared, not the raw sdist"
+            f"needs attnforge's source patches ({', '.join(cell.patches)}): cibuildwheel builds the raw sdist"
         )
     spec = cell.profile_spec
-    if not prepared and (spec.head_dims is not None or spec.dtypes is not None):
+    if spec.head_dims is not None or spec.dtypes is not None:
         notes.append(
             "head-dim/dtype subsets are attnforge's dispatch-subset patch and unit list, not an env var: "
-            "use the prepared tree"
+            "this config compiles every head dim and dtype"
         )
-    if spec.disable and not prepared:
+    if spec.disable:
         notes.append(
             "FLASHATTENTION_DISABLE_* reach nvcc through NVCC_APPEND_FLAGS only; flash_api.cpp (g++) needs "
             "them too (attnforge's setup hook adds them)"
@@ -277,14 +271,14 @@ def _toml_key(key: str) -> str:
     return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
 
 
-def to_toml(config: dict[str, Any], cell: Cell | None = None, *, prepared: bool = False) -> str:
+def to_toml(config: dict[str, Any], cell: Cell | None = None) -> str:
     """The config as a `--config-file` (a `[tool.cibuildwheel]` table), keys in a stable order."""
     head = [f"# cibuildwheel config for {cell.id}" if cell else "# cibuildwheel config (attnforge)"]
     head.append(
         "# generated by attnforge.ci.cibuildwheel_config; run: cibuildwheel --platform linux --config-file THIS SRC"
     )
     if cell:
-        head.extend(f"# caveat: {note}" for note in caveats(cell, prepared=prepared))
+        head.extend(f"# caveat: {note}" for note in caveats(cell))
     lines = [*head, "[tool.cibuildwheel]"]
     lines.extend(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in config.items())
     return "\n".join(lines) + "\n"

@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..cell import Cell
 from ..errors import ConfigurationError
-from ..plan import Plan
+from ..matrix.cell import Cell
+from ..matrix.plan import Plan
 from ..project import Project
 from ..runner.arches import arch_label, arch_runs_on, cuda_label
 from .yamltext import Comment, Literal, dump

@@ -1,4 +1,5 @@
-"""`attnforge build`: compile the planned cells into wheels (Docker by default)."""
+"""`attnforge build`: compile the planned cells into wheels (Docker by default), or build against an
+existing interpreter's torch (`--python`)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..build.backend_choice import choose_backend
-from ..build.engine import CellResult, Engine
-from ..build.progress import ProgressView
+from ..backends.choice import choose_backend
+from ..backends.env import EnvBackend, environment_cells, read_environment, template_cell
 from ..cache.lock import build_lock
-from ..cell import Cell
+from ..engine.jobs import Backend
+from ..engine.progress import ProgressView
+from ..engine.run import CellResult, Engine
 from ..errors import BuildError, ConfigurationError
-from ..plan import select_cells
+from ..matrix.cell import Cell
+from ..matrix.plan import select_cells
 from ..project import Project
 
 DEFAULT_TARGET = "default"
@@ -34,6 +37,23 @@ def cells_to_build(project: Project, target: str | None, ids: list[str]) -> list
             )
         chosen += select_cells(plan, [cid])
     return chosen
+
+
+def environment_build(project: Project, python: str, target: str | None, ids: list[str], profile: str | None,
+                      arches: list[str]) -> tuple[EnvBackend, list[Cell]]:  # fmt: skip
+    """The env backend for `python` and the cells to build against its torch: the kernel, profile and
+    arches of --target/--cell, or of --profile/--arch (default: the matrix's default profile, this
+    machine's GPUs)."""
+    env = read_environment(python)
+    if target is not None or ids:
+        if profile or arches:
+            raise ConfigurationError(
+                "--profile/--arch and --target/--cell both name what to compile: give one"
+            )
+        templates = cells_to_build(project, target, ids)
+    else:
+        templates = [template_cell(project, env, profile, arches, None)]
+    return EnvBackend(python, env), environment_cells(project, env, templates)
 
 
 def summary_table(results: list[CellResult]) -> Table:
@@ -57,9 +77,26 @@ def summary_table(results: list[CellResult]) -> Table:
 @click.option("--cell", "cells", multiple=True, metavar="ID", help="Build only these cells (repeatable).")
 @click.option(
     "--backend",
-    type=click.Choice(["auto", "docker", "local", "cibuildwheel"]),
+    type=click.Choice(["auto", "docker", "local"]),
     default=None,
-    help="Override build.backend (auto: docker when an engine answers, else local; cibuildwheel: docs/build.md).",
+    help="Override build.backend (auto: docker when an engine answers, else local). --python selects env.",
+)
+@click.option(
+    "--python",
+    "python",
+    metavar="PATH",
+    help="Build against the torch installed for this interpreter (GPU runner, NGC image): no venv, nothing "
+    "installed; torch, CUDA/ROCm, ABI and Python come from it (backend env).",
+)
+@click.option(
+    "--profile", default=None, help="With --python: the profile to compile [default: defaults.profile]."
+)
+@click.option(
+    "--arch",
+    "arches",
+    multiple=True,
+    metavar="ARCH",
+    help="With --python: an arch to compile (repeatable) [default: this machine's GPUs].",
 )
 @click.option("--force", is_flag=True, help="Rebuild cells whose wheel is up to date.")
 @click.option(
@@ -82,6 +119,9 @@ def command(
     target: str | None,
     cells: tuple[str, ...],
     backend: str | None,
+    python: str | None,
+    profile: str | None,
+    arches: tuple[str, ...],
     force: bool,
     max_jobs: int | None,
     nvcc_threads: int | None,
@@ -98,11 +138,24 @@ def command(
     - MAX_JOBS/NVCC_THREADS come from cores, memory and measured job sizes unless given.
     - A compiler killed for memory is resumed with fewer jobs, keeping finished units.
     - Logs: <output_dir>/logs/<cell id>.log; each wheel gets <wheel>.manifest.json.
+    - --python PATH builds against that interpreter's own torch (manifest build.backend "env").
     """
-    chosen = cells_to_build(project, target, list(cells))
     console = Console(stderr=True)
+    env_backend: EnvBackend | None = None
+    if python is not None:
+        if backend not in (None, "env"):
+            raise ConfigurationError(f"--python builds with the env backend, not --backend {backend}")
+        env_backend, chosen = environment_build(project, python, target, list(cells), profile, list(arches))
+    elif profile or arches:
+        raise ConfigurationError(
+            "--profile and --arch go with --python; a matrix build takes them from --target/--cell"
+        )
+    else:
+        chosen = cells_to_build(project, target, list(cells))
     with ProgressView(quiet=True if quiet else None) as view:
-        engine_backend = choose_backend(project, backend or project.matrix.build.backend, view)
+        engine_backend: Backend = env_backend or choose_backend(
+            project, backend or project.matrix.build.backend, view
+        )
         engine = Engine(
             project,
             engine_backend,

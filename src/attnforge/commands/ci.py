@@ -6,15 +6,47 @@ from pathlib import Path
 
 import click
 
+from ..ci.cibuildwheel_config import caveats, cibuildwheel_config, to_toml
 from ..ci.sync import compare, write
 from ..ci.workflows import DEFAULT_TARGETS, CiSettings, actionlint_config, parse_target_options, render
 from ..errors import ConfigurationError
 from ..project import Project
+from .build import cells_to_build
 
 
 @click.group("ci")
 def command() -> None:
-    """Continuous integration: workflows generated from matrix.yaml."""
+    """Continuous integration: workflows generated from matrix.yaml, cibuildwheel configs for other CIs."""
+
+
+@command.command("cibuildwheel")
+@click.option(
+    "--cell", "cell_id", required=True, metavar="ID", help="The cell to export (see `attnforge plan`)."
+)
+@click.option(
+    "--target", "-t", default=None, help="The target holding the cell [default: the first that has it]."
+)
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the TOML here [default: stdout].")  # fmt: skip
+@click.pass_obj
+def cibuildwheel(project: Project, cell_id: str, target: str | None, output: Path | None) -> None:
+    """Export one cell as a `[tool.cibuildwheel]` config for a project whose CI runs cibuildwheel.
+
+    \b
+    It builds upstream's sdist with the cell's torch pin, arches, ABI and local version on the stock
+    manylinux_2_28 image; the caveats (also in the file) say what only attnforge's builder does: source
+    patches, head-dim/dtype subsets, kernel objects shared across Pythons.
+      cibuildwheel --platform linux --config-file cibw.toml flash_attn-2.8.3/
+    """
+    (cell,) = cells_to_build(project, target, [cell_id])
+    text = to_toml(cibuildwheel_config(cell), cell)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")
+        click.echo(f"wrote {output}")
+    for note in caveats(cell):
+        click.echo(f"caveat: {note}", err=output is None)
 
 
 @command.command("generate")

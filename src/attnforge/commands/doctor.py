@@ -19,7 +19,7 @@ def command(python: str | None, as_json: bool) -> None:
 
     Exit 5 when a check fails (torch or ABI mismatch, extension not loading, GPU arch not compiled).
     """
-    from ..wheels.doctor import run_doctor
+    from ..install.doctor import run_doctor
 
     data, checks = run_doctor(python)
     if as_json:

@@ -45,8 +45,8 @@ def _ca_bundle(project: Any, ca_bundle: Path | None, no_ca: bool) -> Path | None
 
 
 def _pip_options(project: Any, host_pip: bool) -> Any:
-    from ..build.pip_config import pip_options
-    from ..schema import PipSpec
+    from ..backends.pip_config import pip_options
+    from ..matrix.schema import PipSpec
 
     matrix = _optional(project, "matrix")
     spec = matrix.build.pip if matrix is not None else PipSpec()
@@ -75,7 +75,7 @@ def runtime_base_for(project: Any, explicit: str | None, toolkit: str) -> str:
 
 def cell_inputs(cell: Any) -> dict[str, Any]:
     """A target cell in the manifest's shape (what an NGC image needs to know about it)."""
-    from ..build.manifest import manifest_inputs
+    from ..wheels.manifest import manifest_inputs
 
     return {
         "cell_id": cell.id,

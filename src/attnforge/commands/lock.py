@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..locking import write_lock
+from ..matrix.lock import write_lock
 from ..project import Project
 
 

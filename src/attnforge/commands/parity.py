@@ -85,7 +85,7 @@ def run(project: Project, wheel: Path | None, manifest: Path | None, out: Path, 
 @click.option("--report-ref", help="Path recorded in the manifest (default: the --report path as given).")
 def record(manifest: Path, report: Path, report_ref: str | None) -> None:
     """Record a parity.json's outcome in a wheel's manifest (`parity: {passed, device, report, date}`)."""
-    from ..parity.manifest import record_from_report
+    from ..wheels.manifest import record_from_report
 
     data = record_from_report(manifest, report, report_ref)
     p = data["parity"]

@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ..plan import Plan
+from ..matrix.plan import Plan
 from ..project import Project
 
 

@@ -29,8 +29,8 @@ def command(
     Re-publishing a file with other bytes is refused (exit 7); identical bytes are a no-op.
     A destination with `require_parity: true` takes only wheels whose manifest says parity passed.
     """
-    from ..wheels.index import StaticIndex
-    from ..wheels.publish import collect_bundles, default_sources, print_report, publish, resolve_destination
+    from ..publish.index import StaticIndex
+    from ..publish.run import collect_bundles, default_sources, print_report, publish, resolve_destination
 
     dest, base = resolve_destination(project, target)
     exclude = []

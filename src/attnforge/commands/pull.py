@@ -57,8 +57,8 @@ def command(
     from ..images.build import engine_has_gpu, expect_from_labels, run_smoke
     from ..images.credentials import resolve_credentials
     from ..images.docker import Docker
-    from ..images.pull import choose, detect_host, host_from_args, why_text
     from ..images.registry import Registry
+    from ..install.pull import choose, detect_host, host_from_args, why_text
 
     if not registry:
         raise ConfigurationError("give --registry HOST:PORT (or set $ATTNFORGE_REGISTRY)")

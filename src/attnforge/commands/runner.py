@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from ..cell import Cell
 from ..errors import EnvironmentProblem, TestFailure
+from ..matrix.cell import Cell
 from ..project import Project
 from ..runner.checks import CheckOptions
 from ..runner.host import Host, ReplayHost, SystemHost

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ..schema import Matrix
+from ..matrix.schema import Matrix
 
 
 @click.command("schema")

@@ -35,7 +35,7 @@ def command(project: Any, directory: Path | None, port: int, host: str) -> None:
       pip install flash-attn --index-url http://127.0.0.1:PORT/<variant>/simple
     The first line printed is `serving DIR at URL`, for scripts that start it with --port 0.
     """
-    from ..wheels.serve import make_server
+    from ..publish.serve import make_server
 
     root = directory or _default_dir(project)
     if not root.is_dir():

@@ -94,8 +94,8 @@ def index_cmd(project: object, sources: tuple[Path, ...], out: Path) -> None:
 
     No parity gate here: `attnforge publish --to NAME` applies the destination's rules.
     """
-    from ..wheels.index import StaticIndex
-    from ..wheels.publish import collect_bundles, default_sources, print_report
+    from ..publish.index import StaticIndex
+    from ..publish.run import collect_bundles, default_sources, print_report
 
     srcs = list(sources) or default_sources(project)
     if not srcs:

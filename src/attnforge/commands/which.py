@@ -26,7 +26,7 @@ def command(index_url: str, python: str | None, profile: str | None, as_json: bo
     Compared: Python, platform, torch release, the torch build's CUDA/ROCm, C++ ABI, profile and, with a
     GPU, its architecture and the driver. The command goes to stdout, the reasoning to stderr.
     """
-    from ..wheels.resolver import Env, resolve, run_probe
+    from ..install.which import Env, resolve, run_probe
 
     env = Env.from_probe(run_probe(python))
     res = resolve(env, index_url, profile)

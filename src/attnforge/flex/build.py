@@ -159,7 +159,8 @@ def aoti_compiler(opts: BuildOptions, work: Path) -> dict[str, Any]:
     with the flash-attn builder's probe: a compiler whose code turns C++ exceptions thrown through torch
     into crashes also makes ``aoti_load_package`` crash (seen on the H100 machine with its /opt/gcc
     wrapper). Sets ``CXX``/``CC`` in this process's environment, which the workers inherit."""
-    from ..build.incontainer import BuildFailure, choose_host_compiler
+    from ..builder.compiler import choose_host_compiler
+    from ..builder.exits import BuildFailure
 
     try:
         got = choose_host_compiler(opts.python, work, dict(os.environ), _LogLines(opts.log))  # type: ignore[arg-type]

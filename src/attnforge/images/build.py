@@ -24,9 +24,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..build.pip_config import PipOptions
-from ..compat import NgcRelease
+from ..backends.pip_config import PipOptions
 from ..errors import BuildError, ConfigurationError, EnvironmentProblem, TestFailure
+from ..matrix.compat import NgcRelease
 from .bases import BaseCheck, check_base, load_bases
 from .docker import DOCKER, Docker
 from .localindex import LocalIndexServer, Sources

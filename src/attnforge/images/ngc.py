@@ -8,8 +8,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from ..compat import NgcRelease
 from ..errors import EnvironmentProblem
+from ..matrix.compat import NgcRelease
 from .docker import Docker
 
 NGC_IMAGE_TEMPLATE = "nvcr.io/nvidia/pytorch:{release}-py3"

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..build.base_image import BaseImageError, bootstrap_debian_base
 from ..errors import BuildError, EnvironmentProblem
+from .bootstrap import BaseImageError, bootstrap_debian_base
 from .build import DEFAULT_RUNTIME_BASE, PipPlan, docker_dir, pip_secrets
 from .docker import Docker
 from .ngc import STANDIN_TEMPLATE

@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ALL_HEAD_DIMS: tuple[int, ...] = (32, 64, 96, 128, 192, 256)
-ALL_DTYPES: tuple[str, ...] = ("fp16", "bf16")
-FEATURES: tuple[str, ...] = ("backward", "dropout", "alibi", "softcap", "uneven_k", "local")
+from ..kernels import dtypes, features, head_dims
+
+ALL_HEAD_DIMS: tuple[int, ...] = head_dims("flash-attn")
+ALL_DTYPES: tuple[str, ...] = dtypes("flash-attn")
+FEATURES: tuple[str, ...] = features("flash-attn")
 _DISABLE_FLAG = re.compile(r"-DFLASHATTENTION_DISABLE_([A-Z_]+)")
 
 

@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"parity: {s['passed']} passed, {s['failed']} failed, {s['skipped']} skipped in "
           f"{time.perf_counter() - t0:.0f} s on {report.device}; {paths['json']}")  # fmt: skip
     if args.record and args.manifest:
-        from .manifest import record_parity
+        from ..wheels.manifest import record_parity
 
         record_parity(Path(args.manifest), wheel_passed(report), report.device,
                       args.report_path or str(paths["json"]))  # fmt: skip

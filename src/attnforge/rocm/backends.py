@@ -21,32 +21,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..build.resources import JobMemoryTable, Machine, Parallelism, choose_parallelism, detect_machine
-from ..cell import Cell
-from ..compat import CompatData
+from ..builder.knobs import TRITON_IMPORT_ENV, ck_env, triton_env
+from ..engine.resources import JobMemoryTable, Machine, Parallelism, choose_parallelism, detect_machine
 from ..errors import ConfigurationError
+from ..matrix.cell import Cell
+from ..matrix.compat import CompatData
 
 Backend = Literal["ck", "triton"]
 
 # flash-attn 2.8.x setup.py validate_and_update_archs, minus "native" (compat.toml ck_gfx overrides).
 CK_GFX_DEFAULT: tuple[str, ...] = ("gfx90a", "gfx942", "gfx950")
 TORCH_INDEX_URL = "https://download.pytorch.org/whl/{name}"
-TRITON_IMPORT_ENV = {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE"}
-
-# Variables that steer a CUDA build or a different ROCm backend: a builder that can unset variables
-# removes these before applying `build_env` (a leftover GPU_ARCHS or TRITON switch changes the wheel).
-ENV_TO_CLEAR: tuple[str, ...] = (
-    "FLASH_ATTN_CUDA_ARCHS",
-    "TORCH_CUDA_ARCH_LIST",
-    "NVCC_APPEND_FLAGS",
-    "NVCC_THREADS",
-    "GPU_ARCHS",
-    "PYTORCH_ROCM_ARCH",
-    "OPT_DIM",
-    "FLASH_ATTENTION_SKIP_CK_BUILD",
-    "FLASH_ATTENTION_TRITON_AMD_ENABLE",
-    "FLASH_ATTENTION_SKIP_CUDA_BUILD",
-)
 
 
 def is_rocm(cell: Cell) -> bool:
@@ -125,37 +110,6 @@ def rocm_parallelism(
         nvcc_threads=1,
         share=share,
     )
-
-
-def _common_env(local_version: str, cxx11_abi: bool) -> dict[str, str]:
-    return {
-        "BUILD_TARGET": "rocm",
-        "FLASH_ATTENTION_FORCE_BUILD": "TRUE",
-        "FLASH_ATTENTION_SKIP_CUDA_BUILD": "FALSE",
-        "FLASH_ATTENTION_FORCE_CXX11_ABI": "TRUE" if cxx11_abi else "FALSE",
-        "FLASH_ATTN_LOCAL_VERSION": local_version,
-    }
-
-
-def ck_env(*, gpu_archs: str, max_jobs: int, local_version: str, cxx11_abi: bool) -> dict[str, str]:
-    """The CK build: hipcc compiles Composable Kernel for exactly `gpu_archs`."""
-    return {
-        **_common_env(local_version, cxx11_abi),
-        "FLASH_ATTENTION_TRITON_AMD_ENABLE": "FALSE",
-        "GPU_ARCHS": gpu_archs,
-        "PYTORCH_ROCM_ARCH": gpu_archs,
-        "MAX_JOBS": str(max(1, max_jobs)),
-    }
-
-
-def triton_env(*, local_version: str, cxx11_abi: bool) -> dict[str, str]:
-    """The Triton build: no extension, Python files only (the kernels are JIT-compiled on the GPU later)."""
-    return {
-        **_common_env(local_version, cxx11_abi),
-        "FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE",
-        "FLASH_ATTENTION_SKIP_CK_BUILD": "TRUE",
-        "MAX_JOBS": "1",
-    }
 
 
 def torch_index_name(cell: Cell, data: CompatData | None = None) -> str:
@@ -262,5 +216,5 @@ def plan_rocm_build(
 def build_env(
     cell: Cell, parallelism: Parallelism | None = None, data: CompatData | None = None
 ) -> dict[str, str]:
-    """Just the environment (what a builder sets on top of its own, after removing `ENV_TO_CLEAR`)."""
+    """Just the environment (what a builder sets on top of its own, after removing `builder.knobs.ROCM_ENV_TO_CLEAR`)."""
     return dict(plan_rocm_build(cell, data=data, parallelism=parallelism).env)

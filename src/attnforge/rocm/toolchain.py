@@ -12,8 +12,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cell import Cell
-from ..compat import CompatData
+from ..matrix.cell import Cell
+from ..matrix.compat import CompatData
 from .backends import TORCH_INDEX_URL, torch_index_name
 
 ROCM_BASE_IMAGE = "rocm/dev-ubuntu-22.04:{version}"

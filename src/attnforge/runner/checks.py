@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..build.resources import JobMemoryTable, Parallelism, choose_parallelism
-from ..cell import Cell
-from ..compat import CompatData
+from ..engine.resources import JobMemoryTable, Parallelism, choose_parallelism
+from ..matrix.cell import Cell
+from ..matrix.compat import CompatData
 from .arches import arch_label, arch_runs_on, cuda_label
 from .gpus import Discovery, Gpu
 from .host import Host

@@ -14,7 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..build.incontainer import BuildFailure, choose_host_compiler
+from ..builder.compiler import choose_host_compiler
+from ..builder.exits import BuildFailure
 from .checks import Check
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..build.resources import Machine, detect_machine
+from ..engine.resources import Machine, detect_machine
 from ..errors import ConfigurationError
 
 NOT_FOUND = 127

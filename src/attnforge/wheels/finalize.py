@@ -33,8 +33,10 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
+from ..builder.files import sha256_file
+from ..builder.importcheck import NATIVE_SUFFIXES
 from ..errors import BuildError, EnvironmentProblem
-from .manifest import manifest_path_for, read_manifest, sha256_file, write_manifest
+from .manifest import manifest_path_for, read_manifest, write_manifest
 from .naming import TORCH_PROJECT, WheelNames, expected_names, parse_local
 from .wheelio import Member, WheelContents, read_wheel, source_date_epoch, write_wheel
 
@@ -84,8 +86,6 @@ _RECORD_KEYS = (
     "toolchain",
     "rocm",
 )
-# Suffixes of compiled code a pure (py3-none-any) wheel must not carry.
-NATIVE_SUFFIXES: tuple[str, ...] = (".so", ".pyd", ".dylib", ".dll", ".hsaco", ".co", ".o", ".a", ".fatbin")
 PURE_REASON = "pure Python (py3-none-any): no compiled code, auditwheel not needed"
 
 _EXT_SUFFIX_RE = re.compile(r"\.(cpython-(?P<py>\d+)[^.]*|abi3)\.so$")
@@ -360,7 +360,7 @@ def finalize(
         check_wheel_contents(staged, written.toplevel())
         final = out / filename
         os.replace(staged, final)
-    digest, size = sha256_file(final)
+    digest, size = sha256_file(final), final.stat().st_size
 
     data.update(
         {
@@ -436,7 +436,7 @@ def verify(wheel: Path) -> list[str]:
             _check_pure(contents, names, parse_wheel_filename(wheel.name)[3])
         except (BuildError, InvalidWheelFilename) as exc:
             problems.append(str(exc))
-    digest, size = sha256_file(wheel)
+    digest, size = sha256_file(wheel), wheel.stat().st_size
     if (data.get("sha256"), data.get("size"), data.get("wheel")) != (digest, size, wheel.name):
         problems.append("manifest sha256/size/wheel do not match the file")
     try:

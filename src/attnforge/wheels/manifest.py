@@ -1,21 +1,28 @@
-"""The manifest beside each wheel (`<wheel file>.manifest.json`, docs/contracts.md), read and written safely.
+"""The manifest beside each wheel (`<wheel file>.manifest.json`, docs/contracts.md): the one module that
+makes, reads and writes it.
 
-Manifests are shared: the build engine writes them, finalize completes them, the GPU parity run adds
-`parity`. This module validates the keys it relies on and keeps every other key as it found it.
+The build engine makes it (`build_manifest`, with `manifest_inputs` of the cell), finalize completes it
+(name, digest, platform tag), the GPU parity run adds `parity` (`record_parity`), publish checks it against
+the wheel (`check_matches_wheel`). Reads validate the keys attnforge relies on; writes keep every other key
+as found and replace the file atomically.
 """
 
 from __future__ import annotations
 
-import hashlib
+import datetime as dt
 import json
-import os
-import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ..builder.files import atomic_write_bytes, sha256_file
 from ..errors import BuildError, PublishError
+from ..kernels import head_dims as kernel_head_dims
+from ..matrix.cell import Cell
+
+if TYPE_CHECKING:
+    from ..engine.jobs import CellJob
 
 MANIFEST_SUFFIX = ".manifest.json"
 SCHEMA = 1
@@ -76,17 +83,6 @@ def manifest_path_for(wheel: Path) -> Path:
     return wheel.with_name(wheel.name + MANIFEST_SUFFIX)
 
 
-def sha256_file(path: Path) -> tuple[str, int]:
-    """(hex sha256, size) of a file, streamed."""
-    h = hashlib.sha256()
-    size = 0
-    with path.open("rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-            size += len(chunk)
-    return h.hexdigest(), size
-
-
 def validate(data: dict[str, Any], where: str) -> ManifestView:
     """Check the keys attnforge relies on; BuildError naming the first problem."""
     try:
@@ -116,22 +112,6 @@ def dumps(data: dict[str, Any]) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
-def atomic_write_bytes(path: Path, payload: bytes) -> None:
-    """Write beside the target and rename over it (readers see the old or the new file, never half)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_manifest(path: Path, data: dict[str, Any]) -> None:
     """Validate and write atomically."""
     validate(data, str(path))
@@ -140,7 +120,7 @@ def write_manifest(path: Path, data: dict[str, Any]) -> None:
 
 def check_matches_wheel(wheel: Path, data: dict[str, Any]) -> str:
     """A publish-time check: the manifest names this file and its bytes; returns the sha256."""
-    digest, size = sha256_file(wheel)
+    digest, size = sha256_file(wheel), wheel.stat().st_size
     if data.get("wheel") != wheel.name:
         raise PublishError(
             f"{wheel.name}: its manifest names {data.get('wheel')!r}",
@@ -153,3 +133,102 @@ def check_matches_wheel(wheel: Path, data: dict[str, Any]) -> str:
             hint="the wheel changed after finalize; finalize it again",
         )
     return digest
+
+
+# ---------------------------------------------------------------------------------------------- making one
+
+BUILD_ONLY_INPUTS = ("source", "source_sha256", "patches")
+
+
+def manifest_inputs(cell: Cell, *, for_image: bool = False) -> dict[str, Any]:
+    """The manifest's `inputs` for a cell (one shape for wheel manifests and NGC image requests).
+
+    for_image: a target cell's inputs as an NGC image sees them: no source or patches (the image builds
+    upstream's sdist) and a head-dim list naming every head dim of the kernel reads as None (all).
+    """
+    head_dims = cell.profile_spec.head_dims
+    inputs: dict[str, Any] = {
+        "source": "pypi-sdist",
+        "source_sha256": cell.source_sha256,
+        "toolkit": str(cell.toolkit),
+        "torch": cell.torch,
+        "torch_variant": cell.torch_variant,
+        "python": cell.python,
+        "cxx11_abi": cell.cxx11_abi,
+        "arches": list(cell.arches),
+        "profile": cell.profile,
+        "profile_flags": cell.compile_flags(),
+        "head_dims": head_dims,
+        "dtypes": cell.profile_spec.dtypes,
+        "patches": list(cell.patches),
+    }
+    if cell.torch_build:
+        inputs["torch_build"] = cell.torch_build
+    if for_image:
+        for key in BUILD_ONLY_INPUTS:
+            del inputs[key]
+        inputs["head_dims"] = (
+            head_dims if head_dims and set(head_dims) != set(kernel_head_dims(cell.kernel)) else None
+        )
+    return inputs
+
+
+def build_manifest(cell: Cell, wheel: Path, result: dict[str, Any], job: CellJob, backend: str,
+                   seconds: float) -> dict[str, Any]:  # fmt: skip
+    """Inputs, toolchain and build facts; finalize adds the final name, digest and platform tag."""
+    spec = job.spec
+    return {
+        "schema": SCHEMA,
+        "cell_id": cell.id,
+        "variant": cell.variant,
+        "local_version": cell.local_version,
+        "kernel": cell.kernel,
+        "kernel_version": cell.kernel_version,
+        "wheel": wheel.name,
+        "sha256": sha256_file(wheel),
+        "size": wheel.stat().st_size,
+        "inputs": manifest_inputs(cell),
+        "kernel_set_key": cell.kernel_set_key,
+        "input_hash": job.input_hash,
+        "toolchain": result.get("toolchain", {}),
+        "build": {
+            "backend": backend,
+            "image": result.get("image"),
+            "torch_build": result.get("torch_build"),
+            "started": (dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=seconds)).isoformat(),
+            "wall_s": round(seconds, 1),
+            "builder_wall_s": result.get("wall_s"),
+            "max_jobs": spec.max_jobs,
+            "nvcc_threads": spec.nvcc_threads,
+            "peak_rss_gb": result.get("peak_rss_gb"),
+            "units_total": result.get("units_total"),
+            "units_compiled": result.get("units_compiled"),
+            "units_reused": result.get("units_reused"),
+            "oom_retries": result.get("oom_retries", 0),
+            "jobs_before": result.get("jobs_before"),
+            "jobs_after": result.get("jobs_after"),
+        },
+        "platform_tag": None,
+        "parity": None,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- parity
+
+
+def record_parity(
+    manifest: Path, passed: bool, device: str, report: str, date: str | None = None
+) -> dict[str, Any]:
+    """Set `parity: {passed, device, report, date}` in `manifest` (every other key kept); the new manifest."""
+    data = read_manifest(manifest)
+    data["parity"] = {"passed": bool(passed), "device": device, "report": report,
+                      "date": date or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}  # fmt: skip
+    write_manifest(manifest, data)
+    return data
+
+
+def record_from_report(manifest: Path, report_json: Path, report_ref: str | None = None) -> dict[str, Any]:
+    """Record what a parity.json says: passed when it has no failure and at least one passed case."""
+    rep = json.loads(report_json.read_text(encoding="utf-8"))
+    passed = int(rep.get("failed", 1)) == 0 and int(rep.get("passed", 0)) > 0
+    return record_parity(manifest, passed, str(rep.get("device")), report_ref or str(report_json))

@@ -1,6 +1,6 @@
 """Names a finalized wheel carries (variant, local version, torch pin) and parsing them back.
 
-The names come from `attnforge.cell.Cell` (one source of truth with the planner); this module builds a
+The names come from `attnforge.matrix.cell.Cell` (one source of truth with the planner); this module builds a
 Cell from a manifest's `inputs` and parses local versions such as `cu130torch2.14cxx11abiTRUE.infer`.
 """
 
@@ -12,9 +12,9 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from ..cell import Cell, Toolkit
 from ..errors import BuildError
-from ..schema import ProfileSpec
+from ..matrix.cell import Cell, Toolkit
+from ..matrix.schema import ProfileSpec
 
 PROJECT = "flash-attn"
 TORCH_PROJECT = "torch"

@@ -1,1 +1,0 @@
-"""The build engine: plan cells into real wheels (docker or local backend)."""

@@ -1,0 +1,147 @@
+"""The host C++ compiler of a torch extension build, and the toolchain's versions.
+
+A C++ exception thrown by torch (TORCH_CHECK in libc10) must unwind through code this compiler built and
+reach Python as RuntimeError: that is how a flash-attn wheel reports a head dim or dtype it was built
+without. Seen on a GPU machine: a gcc wrapper in /opt/gcc (named by CC/CXX) that links its own crt files
+made every such exception a SIGSEGV, and AOTInductor packages crashed on load the same way. So the
+compiler is probed (``CXX_PROBE``) before it builds anything, and a failing one is replaced by a fallback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .exits import EXIT_ENV, BuildFailure
+from .report import Reporter
+from .torchenv import run_capture
+
+CXX_PROBE = r"""
+import sys
+from torch.utils.cpp_extension import load_inline
+src = '''
+#include <torch/extension.h>
+namespace probe { inline void bad(int d) { TORCH_CHECK(false, "attnforge probe: excluded head dim ", d); } }
+int64_t dispatch(int64_t d) {
+  return [&] {
+    if (d <= 32) { if constexpr (false) { return int64_t(1); } else { probe::bad(int(d)); } }
+    return int64_t(2);
+  }();
+}
+'''
+m = load_inline("attnforge_cxx_probe", cpp_sources=[src], functions=["dispatch"], build_directory=sys.argv[1])
+assert m.dispatch(64) == 2
+try:
+    m.dispatch(16)
+except RuntimeError as exc:
+    print("RAISED", str(exc).splitlines()[0], flush=True)
+"""
+CXX_PROBE_FILE = ".attnforge-cxx-probe.json"
+FALLBACK_CXX = ("/usr/bin/g++", "/usr/bin/c++")
+
+
+def c_compiler_for(cxx: str) -> str | None:
+    """The C compiler beside a C++ one (``.../g++`` -> ``.../gcc``, ``c++`` -> ``cc``), when it exists."""
+    head, name = os.path.split(cxx)
+    for plus, plain in (("clang++", "clang"), ("g++", "gcc"), ("c++", "cc")):
+        if name.endswith(plus):
+            cand = os.path.join(head, name[: -len(plus)] + plain)
+            return cand if shutil.which(cand) else None
+    return None
+
+
+def compiler_identity(cxx: str) -> str | None:
+    """``realpath | first line of --version``; None when ``cxx`` does not run."""
+    exe = shutil.which(cxx.split()[-1])
+    if not exe:
+        return None
+    try:
+        first = run_capture([exe, "--version"], timeout=60).splitlines()[0]
+    except (RuntimeError, OSError, IndexError, subprocess.TimeoutExpired):
+        return None
+    return f"{os.path.realpath(exe)} | {first}"
+
+
+def probe_cxx(vpy: str, cxx: str, env: dict[str, str], work: Path) -> str:
+    """'' when an exception thrown through torch from code ``cxx`` built reaches Python, else why not."""
+    penv = dict(env, CXX=cxx, TORCH_NO_COMPILER_WRAPPER="1")
+    penv["PATH"] = os.pathsep.join([str(Path(vpy).parent), env.get("PATH", "/usr/bin:/bin")])  # ninja
+    cc = c_compiler_for(cxx.split()[-1])
+    if cc:
+        penv["CC"] = cc
+    work.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="cxx-probe-", dir=work) as tmp:
+        try:
+            proc = subprocess.run([vpy, "-X", "faulthandler", "-c", CXX_PROBE, tmp], env=penv,
+                                  capture_output=True, text=True, timeout=900)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return "the probe extension hung for 15 min"
+    if proc.returncode == 0 and "RAISED" in proc.stdout:
+        return ""
+    if proc.returncode < 0:
+        try:
+            sig = signal.Signals(-proc.returncode).name
+        except ValueError:
+            sig = f"signal {-proc.returncode}"
+        return f"a C++ exception thrown through torch killed the process with {sig}"
+    lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip() and len(ln) < 300]
+    tail = " | ".join(lines[-2:])
+    return f"the probe extension did not build or raise (exit {proc.returncode}): {tail}"
+
+
+def choose_host_compiler(
+    vpy: str, venv_dir: Path, env: dict[str, str], rep: Reporter, fallbacks: tuple[str, ...] = FALLBACK_CXX
+) -> dict[str, Any]:
+    """The C++ compiler for torch's extension build: ``$CXX`` (else ``c++``) when it passes ``CXX_PROBE``,
+    else the first fallback that does (with a warning). Results are cached per compiler in the venv.
+    Raises BuildFailure(EXIT_ENV) when none passes."""
+    first = env.get("CXX") or "c++"
+    cache_path = venv_dir / CXX_PROBE_FILE
+    try:
+        cache: dict[str, str] = json.loads(cache_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        cache = {}
+    tried: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for cxx in (first, *fallbacks):
+        ident = compiler_identity(cxx)
+        if ident is None or ident.split(" | ")[0] in seen:
+            continue
+        seen.add(ident.split(" | ")[0])
+        why = cache.get(ident)
+        if why is None:
+            rep.line(f"attnforge: checking that C++ exceptions from {cxx}-built code reach Python")
+            why = probe_cxx(vpy, cxx, env, venv_dir)
+            cache[ident] = why
+            with contextlib.suppress(OSError):
+                cache_path.write_text(json.dumps(cache, indent=1), encoding="utf-8")
+        tried.append((cxx, why))
+        if not why:
+            if cxx != first:
+                rep.line(f"attnforge: warning: {first}: {tried[0][1]}; building with {cxx} instead")
+            return {"cxx": cxx, "cc": c_compiler_for(cxx.split()[-1]), "switched": cxx != first,
+                    "rejected": {c: w for c, w in tried if w}}  # fmt: skip
+    detail = "; ".join(f"{c}: {w}" for c, w in tried) or f"{first} does not run"
+    raise BuildFailure(EXIT_ENV, f"no usable host C++ compiler ({detail}); set CXX/CC to a working g++")
+
+
+def toolchain(cuda_home: str | None, tinfo: dict[str, Any], cxx: str | None = None) -> dict[str, str | None]:
+    """nvcc's and the host compiler's versions, with the interpreter's Python and torch."""
+    nvcc = None
+    if cuda_home and os.path.exists(os.path.join(cuda_home, "bin", "nvcc")):
+        with contextlib.suppress(RuntimeError, OSError):
+            out = run_capture([os.path.join(cuda_home, "bin", "nvcc"), "--version"])
+            m = re.search(r"V(\d+\.\d+\.\d+)", out)
+            nvcc = m.group(1) if m else None
+    gcc = None
+    with contextlib.suppress(RuntimeError, OSError):
+        gcc = run_capture([(cxx or os.environ.get("CXX", "c++")).split()[-1], "-dumpfullversion"])
+    return {"nvcc": nvcc, "gcc": gcc, "python": tinfo.get("python"), "torch": tinfo.get("torch")}

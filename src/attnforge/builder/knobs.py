@@ -1,0 +1,158 @@
+"""The environment a kernel's setup.py builds under: flash-attn's knobs, the setup hook's, the toolkit's,
+ccache's, and the ROCm backends' (CK, Triton). Every knob comes from a spec field; nothing else is read."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from .exits import EXIT_CONFIG, BuildFailure
+from .spec import BuildSpec
+from .torchenv import pip_env, run_capture
+
+# Variables that steer a CUDA build or another ROCm backend: removed before a ROCm build's knobs are set
+# (a leftover GPU_ARCHS or TRITON switch would change the wheel).
+ROCM_ENV_TO_CLEAR: tuple[str, ...] = (
+    "FLASH_ATTN_CUDA_ARCHS", "TORCH_CUDA_ARCH_LIST", "NVCC_APPEND_FLAGS", "NVCC_THREADS", "GPU_ARCHS",
+    "PYTORCH_ROCM_ARCH", "OPT_DIM", "FLASH_ATTENTION_SKIP_CK_BUILD", "FLASH_ATTENTION_TRITON_AMD_ENABLE",
+    "FLASH_ATTENTION_SKIP_CUDA_BUILD",
+)  # fmt: skip
+TRITON_IMPORT_ENV = {
+    "FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE"
+}  # what `import flash_attn` needs at run time
+
+
+def arch_numbers(arches: list[str]) -> list[str]:
+    """["sm_90", "sm_100a"] -> ["90", "100a"]."""
+    out = []
+    for a in arches:
+        m = re.fullmatch(r"(?:sm_|compute_)?(\d+)([af]?)", str(a))
+        if not m:
+            raise BuildFailure(EXIT_CONFIG, f"unknown CUDA arch {a!r} (expected like sm_90)")
+        out.append(m.group(1) + m.group(2))
+    return out
+
+
+def torch_arch_list(nums: list[str]) -> str:
+    """["90", "100a"] -> "9.0 10.0a"."""
+    out = []
+    for n in nums:
+        digits = n.rstrip("af")
+        out.append(f"{digits[:-1]}.{digits[-1]}{n[len(digits) :]}")
+    return " ".join(out)
+
+
+def rocm_common_env(local_version: str, cxx11_abi: bool) -> dict[str, str]:
+    """What every ROCm build of flash-attn sets (BUILD_TARGET=rocm: setup.py's ROCm branch, any torch)."""
+    return {
+        "BUILD_TARGET": "rocm",
+        "FLASH_ATTENTION_FORCE_BUILD": "TRUE",
+        "FLASH_ATTENTION_SKIP_CUDA_BUILD": "FALSE",
+        "FLASH_ATTENTION_FORCE_CXX11_ABI": "TRUE" if cxx11_abi else "FALSE",
+        "FLASH_ATTN_LOCAL_VERSION": local_version,
+    }
+
+
+def ck_env(*, gpu_archs: str, max_jobs: int, local_version: str, cxx11_abi: bool) -> dict[str, str]:
+    """The CK build: hipcc compiles Composable Kernel for exactly ``gpu_archs``."""
+    return {**rocm_common_env(local_version, cxx11_abi), "FLASH_ATTENTION_TRITON_AMD_ENABLE": "FALSE",
+            "GPU_ARCHS": gpu_archs, "PYTORCH_ROCM_ARCH": gpu_archs, "MAX_JOBS": str(max(1, max_jobs))}  # fmt: skip
+
+
+def triton_env(*, local_version: str, cxx11_abi: bool) -> dict[str, str]:
+    """The Triton build: no extension, Python files only (the kernels are JIT-compiled on the GPU later)."""
+    return {**rocm_common_env(local_version, cxx11_abi), "FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE",
+            "FLASH_ATTENTION_SKIP_CK_BUILD": "TRUE", "MAX_JOBS": "1"}  # fmt: skip
+
+
+def flash_attn_env(spec: BuildSpec, nums: list[str], prebuilt: Path | None) -> dict[str, str]:
+    """flash-attn 2's setup.py knobs and the setup hook's (profile pruning, macros, objects, unit order)."""
+    env = {
+        "FLASH_ATTENTION_FORCE_BUILD": "TRUE",
+        "FLASH_ATTENTION_SKIP_CUDA_BUILD": "FALSE",
+        "BUILD_TARGET": "cuda",
+        "FLASH_ATTENTION_FORCE_CXX11_ABI": "TRUE" if spec.cxx11_abi else "FALSE",
+        "ATTNFORGE_DEFINES": " ".join(f"-DFLASHATTENTION_DISABLE_{d.upper()}" for d in spec.disable),
+        "ATTNFORGE_HEAD_DIMS": ",".join(str(d) for d in (spec.head_dims or [])),
+        "ATTNFORGE_DTYPES": ",".join(spec.dtypes or []),
+        "ATTNFORGE_DROP_BACKWARD": "0" if spec.backward else "1",
+        "ATTNFORGE_PREBUILT_OBJECTS": str(prebuilt) if prebuilt else "",
+        "ATTNFORGE_UNIT_SECONDS": ",".join(f"{k}={v:g}" for k, v in sorted(spec.unit_seconds.items())),
+    }
+    if nums:
+        env["FLASH_ATTN_CUDA_ARCHS"] = ";".join(nums)
+    if spec.local_version:
+        env["FLASH_ATTN_LOCAL_VERSION"] = spec.local_version
+    return env
+
+
+def cuda_home(env: dict[str, str]) -> str | None:
+    """CUDA_HOME, else /usr/local/cuda when it exists."""
+    return env.get("CUDA_HOME") or ("/usr/local/cuda" if os.path.isdir("/usr/local/cuda") else None)
+
+
+def build_env(spec: BuildSpec, vpy: str, tree: Path, epoch: int, max_jobs: int, prebuilt: Path | None,
+              auto_wrap: bool = False) -> dict[str, str]:  # fmt: skip
+    """The whole environment of ``pip wheel`` for this spec."""
+    base = dict(os.environ)
+    if spec.pure_python:
+        base = {k: v for k, v in base.items() if k not in ROCM_ENV_TO_CLEAR}
+    env = pip_env(spec, base)
+    home = cuda_home(env)
+    path = [str(Path(vpy).parent)]
+    if home and not spec.pure_python:
+        env["CUDA_HOME"] = home
+        path.append(os.path.join(home, "bin"))
+    env["PATH"] = os.pathsep.join([*path, env.get("PATH", "/usr/bin:/bin")])
+    env["SOURCE_DATE_EPOCH"] = str(int(epoch))
+    env["PIP_NO_INPUT"] = "1"
+    if spec.pure_python:
+        env.update(triton_env(local_version=spec.local_version or "", cxx11_abi=spec.cxx11_abi))
+        env.update({str(k): str(v) for k, v in spec.env.items()})
+        return env
+    env["MAX_JOBS"] = str(max_jobs)
+    env["NVCC_THREADS"] = str(spec.nvcc_threads)
+    nums = arch_numbers(list(spec.arches))
+    if nums:
+        env["TORCH_CUDA_ARCH_LIST"] = torch_arch_list(nums)
+    if spec.nvcc_append_flags:
+        env["NVCC_APPEND_FLAGS"] = spec.nvcc_append_flags
+    if spec.kernel == "flash-attn":
+        env.update(flash_attn_env(spec, nums, prebuilt))
+    if spec.ccache_dir and shutil.which("ccache", path=env["PATH"]):
+        env.update({"CCACHE_DIR": spec.ccache_dir, "CCACHE_MAXSIZE": "20G", "CCACHE_BASEDIR": str(tree),
+                    "CCACHE_NOHASHDIR": "true", "CCACHE_COMPILERCHECK": "content"})  # fmt: skip
+        if not auto_wrap and home:
+            # Older torch: wrap nvcc ourselves (CXX="ccache c++" would fail torch's compiler version check).
+            env["PYTORCH_NVCC"] = "ccache " + os.path.join(home, "bin", "nvcc")
+    else:
+        # torch >= 2.14 prepends ccache/sccache by itself when one is on PATH, with the default cache dir
+        # (inside a --rm container: thrown away); attnforge decides: no spec.ccache_dir, no wrapper.
+        env["TORCH_NO_COMPILER_WRAPPER"] = "1"
+    env.update({str(k): str(v) for k, v in spec.env.items()})
+    return env
+
+
+def ccache_stats(env: dict[str, str]) -> dict[str, int]:
+    """ccache's counters (hits, misses, uncacheable) for ``CCACHE_DIR``; empty when ccache is not in use."""
+    if "CCACHE_DIR" not in env:
+        return {}
+    try:
+        out = run_capture(["ccache", "--print-stats"], env=env, timeout=60)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired):
+        return {}
+    raw: dict[str, int] = {}
+    for line in out.splitlines():
+        key, _, value = line.partition("\t")
+        if value.strip().isdigit():
+            raw[key] = int(value)
+    return {
+        "hits": raw.get("direct_cache_hit", 0) + raw.get("preprocessed_cache_hit", 0),
+        "misses": raw.get("cache_miss", 0),
+        "uncacheable": sum(
+            v for k, v in raw.items() if k.startswith(("unsupported", "could_not", "compiler_"))
+        ),
+    }

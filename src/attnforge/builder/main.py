@@ -1,0 +1,250 @@
+"""The build of one cell, step by step, and ``result.json`` (the builder's answer to the host).
+
+Steps: source (fetch, verify) -> unpack (+ patches) -> venv (or the interpreter as it is) -> compiler
+probe -> ``pip wheel --no-build-isolation`` with the kernel's knobs, followed through ninja -> kernel objects
+saved for the kernel set -> the wheel copied to ``output_dir`` -> import check. ``result.json`` carries the
+wheel, timings, peak memory (whole build and per unit), each unit's compile time, the toolchain and the
+error (``message``, ``kind``, failing ``unit`` and its first ``lines``). Exit codes: ``exits``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .compiler import choose_host_compiler, toolchain
+from .exits import (
+    EXIT_BUILD,
+    EXIT_ENV,
+    EXIT_IMPORT,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_OOM,
+    BuildFailure,  # fmt: skip
+)
+from .files import sha256_file
+from .importcheck import import_check, pure_wheel_check
+from .knobs import build_env, ccache_stats, cuda_home
+from .ninja import NinjaParser, count_ninja_units, unit_times
+from .objects import identity, save_kernel_objects, usable_prebuilt
+from .patches import resolve_patches
+from .procs import auto_max_jobs, cgroup_oom_kills, stream, terminate_children
+from .report import Reporter, Stage
+from .source import archive_epoch, fetch_source, prepare_tree
+from .spec import BuildSpec
+from .torchenv import ensure_venv, variant_mismatch
+
+RUSAGE_WRAP = Path(__file__).resolve().parent / "rusage_wrap.py"
+RESULT_KEYS = (
+    "ok",
+    "exit_code",
+    "wheel",
+    "wall_s",
+    "peak_rss_gb",
+    "units_total",
+    "units_compiled",
+    "units_reused",
+)
+
+
+def compile_wheel(spec: BuildSpec, rep: Reporter, result: dict[str, Any], vpy: str, tree: Path,
+                  env: dict[str, str], py_tag: str, max_jobs: int) -> tuple[Path, NinjaParser]:  # fmt: skip
+    """``pip wheel`` under the rusage wrapper, followed through ninja; the wheel in build_dir/dist."""
+    dist = Path(spec.build_dir) / "dist"
+    if dist.exists():
+        shutil.rmtree(dist)
+    dist.mkdir(parents=True)
+    rusage_out = Path(spec.build_dir) / f"rusage-{os.getpid()}.json"
+    # --use-pep517: the legacy path runs `setup.py clean --all` after a failure, so no resume
+    pip_cmd = [vpy, "-m", "pip", "wheel", "--no-build-isolation", "--use-pep517", "--no-deps", "-v",
+               "-w", str(dist), str(tree)]  # fmt: skip
+    if spec.pure_python:
+        pip_cmd[5:5] = ["--no-index"]
+    cmd = [sys.executable, str(RUSAGE_WRAP), str(rusage_out), "--", *pip_cmd]
+    parser = NinjaParser(rep)
+    rep.line("attnforge: " + " ".join(pip_cmd) + f"  (MAX_JOBS={max_jobs})")
+    oom_before = cgroup_oom_kills()
+    cc_before = ccache_stats(env)
+    with Stage(rep, result["stages"], "compile"):
+        rc, rss = stream(cmd, env, rep, cwd=str(tree), on_line=parser, sampler=True)
+    cc_after = ccache_stats(env)
+    if cc_after:
+        result["ccache"] = {k: cc_after[k] - cc_before.get(k, 0) for k in cc_after}
+    maxrss_kb = 0
+    with contextlib.suppress(OSError, ValueError):
+        maxrss_kb = int(json.loads(rusage_out.read_text())["maxrss_kb"])
+        rusage_out.unlink()
+    result["peak_rss_gb"] = round(max(maxrss_kb * 1024, rss["single"]) / 1024**3, 2)
+    result["peak_tree_rss_gb"] = round(rss["tree"] / 1024**3, 2)
+    times = unit_times(tree, py_tag)
+    peaks = rss.get("units", {})
+    result["unit_times"] = {
+        u: {**t, "peak_rss_gb": round(peaks.get(u, 0) / 1024**3, 2)} for u, t in times.items()
+    }
+    ev = parser.sources_event or {}
+    total = parser.units_total if parser.units_total is not None else count_ninja_units(tree, py_tag)
+    compiled_now = len(parser.finished)
+    result.update(units_total=total, units_compiled=compiled_now, units_prebuilt=len(ev.get("prebuilt", [])),
+                  units_reused=(total - compiled_now) if total is not None and rc == 0 else None)  # fmt: skip
+    if rc != 0:
+        raise_failure(parser, rc, max_jobs, cgroup_oom_kills() > oom_before, rep)
+    wheels = sorted(dist.glob("*.whl"))
+    if len(wheels) != 1:
+        raise BuildFailure(EXIT_BUILD, f"expected one wheel in {dist}, found {[w.name for w in wheels]}")
+    return wheels[0], parser
+
+
+def raise_failure(parser: NinjaParser, rc: int, max_jobs: int, oom_killed: bool, rep: Reporter) -> None:
+    """Turn a failed pip run into the right BuildFailure: OOM (resumable), compile error, or other."""
+    kind, details = parser.failure_summary(oom_killed=oom_killed)
+    if kind == "oom" or (kind == "other" and rc in (137, -9)):
+        rep.event("error", kind="oom", **details)
+        raise BuildFailure(EXIT_OOM, f"a compiler was killed (likely out of memory) in unit {details.get('unit')}; "
+                           f"rerun with fewer max_jobs (now {max_jobs}) in the same build_dir", kind="oom", **details)  # fmt: skip
+    if kind == "compile":
+        rep.line(f"attnforge: compile error in unit {details['unit']}:")
+        for ln in details["lines"]:
+            rep.line("    " + ln)
+        rep.event("error", kind="compile", **details)
+        raise BuildFailure(EXIT_BUILD, f"compile error in unit {details['unit']}", kind="compile", **details)
+    rep.event("error", kind="build", rc=rc, **details)
+    raise BuildFailure(EXIT_BUILD, f"build failed (pip exit {rc})", kind="build", rc=rc, **details)
+
+
+def build(spec: BuildSpec, rep: Reporter, result: dict[str, Any]) -> None:
+    """The whole cell; fills ``result`` as it goes and raises BuildFailure on errors."""
+    times: dict[str, float] = result["stages"]
+    out_dir = Path(spec.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with Stage(rep, times, "source"):
+        archive = fetch_source(spec, rep)
+    patches = resolve_patches(spec)
+    result["patches_applied"] = patches
+    with Stage(rep, times, "unpack"):
+        tree = prepare_tree(spec, archive, patches, rep)
+    base_env = dict(os.environ)
+    with Stage(rep, times, "venv"):
+        venv = ensure_venv(spec, rep, base_env)
+    vpy = venv["vpy"]
+    problem = variant_mismatch(spec.torch_variant or "", venv)
+    if problem:
+        raise BuildFailure(EXIT_ENV, problem)
+    result["venv_reused"] = venv["reused"]
+    result["torch_build"] = venv["torch"]
+    home = cuda_home(base_env)
+    host_cxx: dict[str, Any] = {}
+    if spec.cxx_probe and not spec.pure_python:
+        with Stage(rep, times, "compiler"):
+            host_cxx = choose_host_compiler(vpy, Path(spec.venv_dir), base_env, rep)
+    tool = toolchain(home, venv, host_cxx.get("cxx"))
+    result["toolchain"] = tool
+    result["host_compiler"] = host_cxx
+    if not spec.pure_python:
+        if not tool["nvcc"] and not venv.get("hip"):
+            raise BuildFailure(EXIT_ENV, f"no nvcc under CUDA_HOME={home}")
+        if venv.get("cuda") and tool["nvcc"] and venv["cuda"].split(".")[0] != tool["nvcc"].split(".")[0]:
+            raise BuildFailure(
+                EXIT_ENV, f"nvcc {tool['nvcc']} and torch's CUDA {venv['cuda']} differ in major version"
+            )
+    py_tag = "cpython-" + "".join(str(venv["python"]).split(".")[:2])
+    ident = identity(spec, tool)
+    prebuilt = usable_prebuilt(spec, ident, rep)
+    result["kernel_objects"] = {
+        "dir": spec.kernel_objects_dir,
+        "reused": prebuilt is not None,
+        "saved": False,
+    }
+    max_jobs = 1 if spec.pure_python else auto_max_jobs(spec.max_jobs, spec.job_mem_gb)
+    result["max_jobs"] = max_jobs
+    result["nvcc_threads"] = spec.nvcc_threads
+    epoch = spec.source_date_epoch or archive_epoch(archive)
+    env = build_env(spec, vpy, tree, epoch, max_jobs, prebuilt, auto_wrap=bool(venv.get("auto_wrap")))
+    if host_cxx.get("switched") or (host_cxx and "CXX" in base_env):
+        env["CXX"] = host_cxx["cxx"]
+        if host_cxx.get("cc"):
+            env["CC"] = host_cxx["cc"]  # torch passes CC to nvcc as -ccbin
+    built, parser = compile_wheel(spec, rep, result, vpy, tree, env, py_tag, max_jobs)
+    if prebuilt is None:
+        compiled = list((parser.sources_event or {}).get("compile", []))
+        result["kernel_objects"]["saved"] = save_kernel_objects(spec, tree, compiled, ident, py_tag, rep)
+    final = out_dir / built.name
+    shutil.copyfile(built, final)
+    result.update(
+        wheel=str(final), wheel_name=final.name, size=final.stat().st_size, sha256=sha256_file(final)
+    )
+    if spec.pure_python:
+        chk = pure_wheel_check(final)
+        result["wheel_check"] = chk
+        if not chk["ok"]:
+            raise BuildFailure(
+                EXIT_BUILD, f"{final.name}: not a Triton-backend wheel: " + "; ".join(chk["problems"])
+            )
+    elif spec.import_check:
+        names = list(spec.import_names or [])
+        with Stage(rep, times, "import_check"):
+            chk = import_check(vpy, final, names, Path(spec.build_dir), rep)
+        result["import_check"] = chk
+        if not chk["ok"]:
+            raise BuildFailure(
+                EXIT_IMPORT, "the built extension does not import: " + chk["output"][-500:], kind="import"
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``--spec SPEC.json``: build, write ``output_dir/result.json``, return the exit code."""
+    ap = argparse.ArgumentParser(
+        prog="attnforge.builder", description="Build one attnforge cell's wheel (stdlib only)."
+    )
+    ap.add_argument("--spec", required=True, type=Path, help="the cell's spec (JSON, attnforge.builder.spec)")
+    args = ap.parse_args(argv)
+    start = time.monotonic()
+    result: dict[str, Any] = {
+        "schema": 2,
+        "ok": False,
+        "exit_code": None,
+        "stages": {},
+        "wheel": None,
+        "error": None,
+    }
+    rep = Reporter(None)
+    spec: BuildSpec | None = None
+    signal.signal(signal.SIGTERM, terminate_children)
+    code = EXIT_OK
+    try:
+        spec = BuildSpec.load(args.spec)
+        result["cell_id"] = spec.cell_id
+        rep = Reporter(Path(spec.output_dir) / "build.log")
+        rep.line(f"attnforge: building {spec.cell_id} in {spec.build_dir}")
+        build(spec, rep, result)
+        result["ok"] = True
+    except BuildFailure as exc:
+        code = exc.code
+        result["error"] = {"message": exc.message, **exc.details}
+        rep.line(f"attnforge: error: {exc.message}")
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+        result["error"] = {"message": "interrupted", "kind": "interrupted"}
+    except Exception as exc:  # a bug or an unexpected OS error: still leave a result.json behind
+        import traceback
+
+        code = EXIT_INTERNAL
+        result["error"] = {"message": f"internal error: {exc!r}", "kind": "internal"}
+        for ln in traceback.format_exc().splitlines():
+            rep.line(ln)
+    result["exit_code"] = code
+    result["wall_s"] = round(time.monotonic() - start, 1)
+    if spec is not None:
+        with contextlib.suppress(OSError):
+            (Path(spec.output_dir) / "result.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    rep.event("result", **{k: result.get(k) for k in RESULT_KEYS})
+    rep.close()
+    return code

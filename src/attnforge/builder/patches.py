@@ -1,0 +1,107 @@
+"""The patch engine: named JSON patches (``patches/<name>.json``) applied to an unpacked source tree.
+
+A patch names its kernel and the versions it supports; each edit (``replace``, ``insert_before``,
+``insert_after``, ``copy``) must match exactly ``count`` times (default 1), so a patch that no longer fits
+its source fails loudly instead of half-applying. Paths in a patch are relative to the archive's top folder.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from .exits import EXIT_CONFIG, BuildFailure
+from .report import Reporter
+from .spec import BuildSpec
+
+PATCHES_DIR = Path(__file__).resolve().parent / "patches"
+HOOK_PATCH = "setup-hooks"  # the setup hook: source pruning, profile macros, prebuilt objects, unit order
+DISPATCH_PATCH = "dispatch-subset"  # flash_api.cpp dispatches only to compiled head dims and dtypes
+
+
+def patches_dir() -> Path:
+    return PATCHES_DIR
+
+
+def resolve_patches(spec: BuildSpec) -> list[str]:
+    """Patch names in application order, with the FA2 hook patches added when the spec needs them."""
+    names = list(spec.patches)
+    if spec.kernel == "flash-attn" and not spec.pure_python:
+        profile = bool(spec.head_dims or spec.dtypes or not spec.backward)
+        if (
+            profile or spec.disable or spec.kernel_objects_dir or spec.unit_seconds
+        ) and HOOK_PATCH not in names:
+            names.append(HOOK_PATCH)
+        if profile and DISPATCH_PATCH not in names:
+            names.append(DISPATCH_PATCH)
+    return names
+
+
+def load_patch(pdir: Path, name: str) -> dict[str, Any]:
+    path = pdir / f"{name}.json"
+    if not path.is_file():
+        raise BuildFailure(EXIT_CONFIG, f"unknown patch {name!r} (no {path})")
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def patch_digest(pdir: Path, names: list[str]) -> str:
+    """Hash of the patch files (and the files they copy): tells whether an unpacked tree is current."""
+    h = hashlib.sha256()
+    for name in names:
+        data = load_patch(pdir, name)
+        h.update(json.dumps(data, sort_keys=True).encode())
+        for edit in data.get("edits", []):
+            if edit.get("op") == "copy":
+                h.update((pdir / edit["from"]).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _version_matches(version: str | None, patterns: list[str]) -> bool:
+    return not patterns or version is None or any(fnmatch.fnmatch(version, p) for p in patterns)
+
+
+def apply_patch(top: Path, pdir: Path, name: str, spec: BuildSpec, rep: Reporter) -> None:
+    """Apply one patch's edits under ``top``; every edit must match exactly ``count`` times."""
+    data = load_patch(pdir, name)
+    if data.get("kernel") and data["kernel"] != spec.kernel:
+        raise BuildFailure(EXIT_CONFIG, f"patch {name} is for {data['kernel']}, not {spec.kernel}")
+    if not _version_matches(spec.kernel_version, list(data.get("versions", []))):
+        raise BuildFailure(
+            EXIT_CONFIG, f"patch {name} supports {data['versions']}, not {spec.kernel_version}"
+        )
+    for i, edit in enumerate(data.get("edits", [])):
+        op = edit.get("op")
+        where = f"patch {name} edit {i} ({op})"
+        if op == "copy":
+            dest = top / edit["to"]
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(pdir / edit["from"], dest)
+            continue
+        target = top / edit["file"]
+        if not target.is_file():
+            raise BuildFailure(EXIT_CONFIG, f"{where}: {edit['file']} not found in the source")
+        text = target.read_text(encoding="utf-8")
+        needle = edit["old"] if op == "replace" else edit["anchor"]
+        found = text.count(needle)
+        want = int(edit.get("count", 1))
+        if found != want:
+            raise BuildFailure(
+                EXIT_CONFIG,
+                f"{where}: expected {want} occurrence(s) of {needle!r} in {edit['file']}, found {found}: "
+                "the patch does not apply to this source",
+            )
+        if op == "replace":
+            new = text.replace(needle, edit["new"])
+        elif op == "insert_before":
+            new = text.replace(needle, edit["text"] + needle)
+        elif op == "insert_after":
+            new = text.replace(needle, needle + edit["text"])
+        else:
+            raise BuildFailure(EXIT_CONFIG, f"{where}: unknown op")
+        target.write_text(new, encoding="utf-8")
+    rep.line(f"attnforge: applied patch {name}")

@@ -1,0 +1,357 @@
+"""Turn planned cells into wheels: skip unchanged cells, reuse kernels per kernel-set, retry OOM with fewer jobs.
+
+The engine is backend-agnostic: a backend runs the builder (`attnforge.builder`) with a spec (in Docker, on
+the host, or with an existing interpreter); the engine owns ordering, parallelism, logs, manifests and the
+atomic move into the output folder. Backends are picked per cell (`backends.routing.route_of`): CUDA cells
+go to the one given to the engine, ROCm Triton cells to the host backend with a CPU stand-in torch, ROCm
+CK cells to one that refuses them with what is missing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..backends.routing import Route, make_route_backend, route_of
+from ..builder.exits import EVENT_PREFIX, EXIT_CONTAINER_KILLED, EXIT_ENV, EXIT_OOM
+from ..builder.files import sha256_file
+from ..builder.spec import Source
+from ..errors import BuildError, EnvironmentProblem, InterruptedByUser
+from ..matrix.cell import Cell
+from ..project import Project
+from ..rocm.backends import rocm_parallelism
+from ..wheels.manifest import manifest_path_for
+from .jobs import Backend, CellJob, input_hash, make_spec
+from .progress import ProgressView
+from .resources import JobMemoryTable, Parallelism, choose_parallelism, detect_machine
+from .sources import fetch_source
+
+
+@dataclass
+class CellResult:
+    cell: Cell
+    status: str  # built | skipped | failed | cancelled
+    wheel: Path | None = None
+    seconds: float = 0.0
+    message: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def up_to_date(output_dir: Path, cell: Cell, digest: str) -> Path | None:
+    """The existing wheel when its manifest records the same input hash and the bytes still match."""
+    for m in output_dir.glob("*.whl.manifest.json"):
+        try:
+            data = json.loads(m.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if data.get("cell_id") != cell.id or data.get("input_hash") != digest:
+            continue
+        wheel = output_dir / str(data.get("wheel", ""))
+        if wheel.is_file() and sha256_file(wheel) == data.get("sha256"):
+            return wheel
+    return None
+
+
+class Engine:
+    """Builds a list of cells with one backend."""
+
+    def __init__(
+        self,
+        project: Project,
+        backend: Backend,
+        view: ProgressView,
+        *,
+        force: bool = False,
+        max_jobs: int | None = None,
+        nvcc_threads: int | None = None,
+        memory_limit_gb: float | None = None,
+    ) -> None:
+        self.project = project
+        self.backend = backend
+        self.view = view
+        self.force = force
+        build = project.matrix.build
+        res = build.resources
+        self.max_jobs = max_jobs or (None if res.max_jobs == "auto" else res.max_jobs)
+        self.nvcc_threads = nvcc_threads or (None if res.nvcc_threads == "auto" else res.nvcc_threads)
+        self.memory_limit_gb = memory_limit_gb
+        self.cache = project.path(build.cache_dir)
+        self.output = project.path(build.output_dir)
+        self.logs = self.output / "logs"
+        self.memory_table = JobMemoryTable(self.cache / "job_memory.json")
+        self._running: dict[str, CellJob] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._routes: dict[Route, Backend] = {}
+
+    def backend_for(self, cell: Cell) -> Backend:
+        """The backend that builds `cell` (see `routing`): the engine's own one for CUDA cells."""
+        route = route_of(cell)
+        if route == "default":
+            return self.backend
+        if route not in self._routes:
+            self._routes[route] = make_route_backend(route, self.project)
+        return self._routes[route]
+
+    # ---- planning one job ----
+    def parallelism(self, cell: Cell, share: int) -> Parallelism:
+        if route_of(cell) == "triton":
+            return rocm_parallelism(cell)
+        machine = detect_machine()
+        if self.memory_limit_gb is not None:
+            from .resources import Machine
+
+            machine = Machine(
+                machine.cores, min(machine.memory_available_gb, self.memory_limit_gb), "--memory-limit"
+            )
+        res = self.project.matrix.build.resources
+        profile_class = "lean" if cell.profile_spec.disable else "full"
+        per_arch, _src = self.memory_table.per_arch_gb(str(cell.toolkit), profile_class)
+        if res.memory_per_job_gb != "auto":
+            per_arch = float(res.memory_per_job_gb)
+        return choose_parallelism(
+            machine,
+            len(cell.arches),
+            per_arch,
+            reserve_gb=res.reserve_memory_gb if self.memory_limit_gb is None else 0.0,
+            max_jobs=self.max_jobs,
+            nvcc_threads=self.nvcc_threads,
+            share=share,
+        )
+
+    def job_for(self, cell: Cell, source: Source, share: int, digest: str) -> CellJob:
+        group = self.cache / "cells" / cell.kernel_set_key
+        workdir = group / cell.cp
+        par = self.parallelism(cell, share)
+        spec = make_spec(
+            cell,
+            source=source,
+            workdir=workdir,
+            objects_dir=group / "objects",
+            ccache_dir=self.cache / "ccache",
+            parallelism=par,
+            pip_args=self.backend_for(cell).pip_args,
+            interpreter=self.backend_for(cell).interpreter,
+        )
+        return CellJob(cell, spec, workdir, self.logs / f"{cell.id}.log", par, digest, self.memory_limit_gb)
+
+    # ---- running ----
+    def build(self, cells: list[Cell], parallel_cells: int = 1) -> list[CellResult]:
+        """Build every cell; cells of one kernel-set run in order (the first compiles, the rest reuse)."""
+        self.logs.mkdir(parents=True, exist_ok=True)
+        identities: dict[int, str] = {}
+        todo: list[tuple[Cell, str]] = []
+        results: list[CellResult] = []
+        for cell in cells:
+            backend = self.backend_for(cell)
+            if id(backend) not in identities:
+                identities[id(backend)] = backend.identity()
+            digest = input_hash(cell, identities[id(backend)])
+            existing = None if self.force else up_to_date(self.output, cell, digest)
+            if existing:
+                self.view.stage(cell.id, "skipped")
+                results.append(CellResult(cell, "skipped", existing, message="up to date (same input hash)"))
+            else:
+                todo.append((cell, digest))
+        if not todo:
+            return results
+        by_backend: dict[int, tuple[Backend, list[Cell]]] = {}
+        for cell, _ in todo:
+            backend = self.backend_for(cell)
+            by_backend.setdefault(id(backend), (backend, []))[1].append(cell)
+        # refusals (CK) first, then the triton venv, then the chosen backend (builder images: minutes)
+        order: list[Route] = ["rocm-ck", "triton", "default"]
+        refused: set[str] = set()
+        for backend, members in sorted(by_backend.values(), key=lambda bm: order.index(route_of(bm[1][0]))):
+            if backend is not self.backend:
+                self.view.log(f"backend: {backend.name} for {len(members)} cell(s)")
+            try:
+                backend.prepare(members, self.view)
+            except (BuildError, EnvironmentProblem) as exc:
+                if len(members) == len(cells):
+                    raise  # nothing else in this run: the backend's own error and exit code
+                # other backends' cells still build (a CUDA machine with a release target's CK cells)
+                self.view.log(f"[red]{backend.name}: {exc}[/]")
+                for cell in members:
+                    self.view.stage(cell.id, "failed")
+                    results.append(CellResult(cell, "failed", None, message=str(exc)))
+                    refused.add(cell.id)
+        groups: dict[str, list[tuple[Cell, str]]] = {}
+        for cell, digest in [(c, d) for c, d in todo if c.id not in refused]:
+            groups.setdefault(cell.kernel_set_key, []).append((cell, digest))
+        share = max(1, min(parallel_cells, len(groups)))
+
+        def run_group(members: list[tuple[Cell, str]]) -> list[CellResult]:
+            out = []
+            for cell, digest in members:
+                if self._stop.is_set():
+                    out.append(CellResult(cell, "cancelled"))
+                    continue
+                out.append(self.build_one(cell, digest, share))
+            return out
+
+        try:
+            with ThreadPoolExecutor(max_workers=share) as pool:
+                futures = [pool.submit(run_group, g) for g in groups.values()]
+                while any(not f.done() for f in futures):
+                    time.sleep(0.2)
+                for f in futures:
+                    results.extend(f.result())
+        except KeyboardInterrupt:
+            self._stop.set()
+            with self._lock:
+                running = list(self._running.values())
+            for job in running:
+                self.backend_for(job.cell).cancel(job)
+            raise InterruptedByUser(
+                "build interrupted: running containers stopped, no partial wheel written"
+            ) from None
+        return results
+
+    def build_one(self, cell: Cell, digest: str, share: int) -> CellResult:
+        start = time.monotonic()
+        view = self.view
+        try:
+            view.stage(cell.id, "fetching sources")
+            spec = self.project.matrix.kernels[cell.kernel]
+            source = fetch_source(cell.kernel, spec, cell.source_sha256, self.cache, self.project.root)
+            job = self.job_for(cell, source, share, digest)
+            view.log(f"{cell.id}: {job.parallelism.reason}")
+            result = self._run_with_oom_retry(job)
+            wheel = self._publish_locally(job, result, time.monotonic() - start)
+            view.stage(cell.id, "done")
+            return CellResult(cell, "built", wheel, time.monotonic() - start, details=result)
+        except (BuildError, EnvironmentProblem) as exc:
+            view.stage(cell.id, "failed")
+            return CellResult(cell, "failed", None, time.monotonic() - start, message=str(exc))
+
+    def _run_with_oom_retry(self, job: CellJob) -> dict[str, Any]:
+        """Run; when the OOM killer strikes, rerun in the same tree (finished objects kept) with fewer jobs."""
+        cell = job.cell
+        backend = self.backend_for(cell)
+        oom_retries = 0
+        jobs_before = job.parallelism.max_jobs
+        with job.log_path.open("a", encoding="utf-8") as log:
+            log.write(f"\n=== {dt.datetime.now(dt.timezone.utc).isoformat()} {cell.id} ({backend.name})\n")
+            log.write(f"=== {job.parallelism.reason}\n")
+            while True:
+                job.workdir.mkdir(parents=True, exist_ok=True)
+                job.spec_path.write_text(job.spec.dumps())
+                self.view.stage(cell.id, f"building (MAX_JOBS={job.spec.max_jobs})")
+                with self._lock:
+                    self._running[cell.id] = job
+                code = backend.run(job, lambda line: self._on_line(cell, line, log))
+                with self._lock:
+                    self._running.pop(cell.id, None)
+                if code == 0:
+                    break
+                jobs_now = job.spec.max_jobs or 1
+                if code in (EXIT_OOM, EXIT_CONTAINER_KILLED) and jobs_now > 1:
+                    oom_retries += 1
+                    new_jobs = max(1, jobs_now // 2)
+                    msg = (
+                        f"{cell.id}: a compiler was killed for memory (OOM) with MAX_JOBS={job.spec.max_jobs}; "
+                        f"resuming with MAX_JOBS={new_jobs} (finished units are kept)"
+                    )
+                    self.view.log(f"[yellow]{msg}[/]")
+                    log.write(f"=== {msg}\n")
+                    job.spec = job.spec.replace(max_jobs=new_jobs)
+                    continue
+                log.flush()
+                if code == EXIT_ENV:
+                    raise EnvironmentProblem(self._failure_message(job, code))
+                raise BuildError(self._failure_message(job, code))
+        result_path = job.workdir / "out" / "result.json"
+        try:
+            result: dict[str, Any] = json.loads(result_path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise BuildError(
+                f"{cell.id}: the builder exited 0 but left no result ({result_path}: {exc})"
+            ) from None
+        result["oom_retries"] = oom_retries
+        result["jobs_before"] = jobs_before
+        result["jobs_after"] = job.spec.max_jobs
+        return result
+
+    def _on_line(self, cell: Cell, line: str, log: Any) -> None:
+        log.write(line if line.endswith("\n") else line + "\n")
+        if line.startswith(EVENT_PREFIX):
+            try:
+                event = json.loads(line[len(EVENT_PREFIX) :])
+            except json.JSONDecodeError:
+                return
+            kind = event.get("event")
+            if kind == "unit":
+                self.view.units(cell.id, int(event.get("done", 0)), int(event.get("total", 0)))
+            elif kind == "stage":
+                secs = event.get("s")
+                self.view.stage(cell.id, str(event.get("stage", "")), event.get("status"),
+                                float(secs) if isinstance(secs, (int, float)) else None)  # fmt: skip
+
+    @staticmethod
+    def _log_line(job: CellJob, message: str) -> None:
+        with job.log_path.open("a", encoding="utf-8") as fh:
+            fh.write(message + "\n")
+
+    def _failure_message(self, job: CellJob, code: int) -> str:
+        """The builder's own error (failing unit, first compiler lines) and where the full log is."""
+        detail = ""
+        try:
+            error = json.loads((job.workdir / "out" / "result.json").read_text()).get("error") or {}
+            lines = [str(error.get("message", ""))]
+            if error.get("unit"):
+                lines.append(f"failing unit: {error['unit']}")
+            lines += [str(x) for x in (error.get("lines") or [])[:12]]
+            detail = "\n".join(x for x in lines if x)
+        except (OSError, json.JSONDecodeError, AttributeError):
+            pass
+        if not detail:
+            detail = "\n".join(job.log_path.read_text(errors="replace").splitlines()[-15:])
+        return f"{job.cell.id}: build failed (exit {code}); log: {job.log_path}\n{detail}"
+
+    def _publish_locally(self, job: CellJob, result: dict[str, Any], seconds: float) -> Path:
+        """Finalize the wheel (tags, torch pin, audit, manifest) and move it into the output folder atomically."""
+        from ..wheels.finalize import finalize_built
+        from ..wheels.manifest import build_manifest
+
+        cell = job.cell
+        built = Path(result["wheel"])
+        if not built.is_absolute():
+            built = job.workdir / "out" / built.name
+        staging = self.output / f".staging-{cell.kernel_set_key}-{cell.cp}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        try:
+            self.view.stage(cell.id, "finalizing")
+            manifest = build_manifest(cell, built, result, job, self.backend_for(cell).name, seconds)
+            if cell.toolkit.kind == "rocm":  # names the wheel's tag (py3-none-any for Triton)
+                manifest["inputs"].setdefault("rocm_backend", cell.profile_spec.rocm_backend or "ck")
+            for key, value in (result.get("manifest") or {}).items():
+                manifest.setdefault(key, value)  # a backend's own blocks (ROCm: `rocm`), never ours
+            final = finalize_built(built, manifest, staging, log=lambda m: self._log_line(job, m))
+            profile_class = "lean" if cell.profile_spec.disable else "full"
+            if result.get("peak_rss_gb"):
+                self.memory_table.record(
+                    str(cell.toolkit), profile_class, float(result["peak_rss_gb"]), len(cell.arches), cell.id
+                )
+            target = self.output / final.wheel.name
+            # drop older wheels of the same cell, then move the pair in (wheel last: readers key on it)
+            for old in self.output.glob("*.whl.manifest.json"):
+                try:
+                    if json.loads(old.read_text()).get("cell_id") == cell.id:
+                        (self.output / old.name.removesuffix(".manifest.json")).unlink(missing_ok=True)
+                        old.unlink()
+                except (OSError, json.JSONDecodeError):
+                    continue
+            final.manifest.replace(manifest_path_for(target))
+            final.wheel.replace(target)
+            return target
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)

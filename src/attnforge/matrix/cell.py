@@ -1,0 +1,188 @@
+"""A cell (one wheel to produce) and the names derived from it: variant, local version, wheel file, keys."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+
+from .schema import ProfileSpec
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    """An accelerator toolkit: CUDA x.y or ROCm x.y."""
+
+    kind: str  # "cuda" | "rocm"
+    version: str  # "12.8"
+
+    @classmethod
+    def parse(cls, text: str) -> Toolkit:
+        kind = "cuda" if text.startswith("cuda") else "rocm"
+        return cls(kind, text[len(kind) :])
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".")[0])
+
+    @property
+    def minor(self) -> int:
+        return int(self.version.split(".")[1])
+
+    @property
+    def short(self) -> str:
+        """cu128 / rocm6.4: PyTorch's own variant spelling."""
+        return f"cu{self.version.replace('.', '')}" if self.kind == "cuda" else f"rocm{self.version}"
+
+    def __str__(self) -> str:
+        return f"{self.kind}{self.version}"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One wheel: kernel, torch, toolkit, Python, ABI, arches, profile, platform."""
+
+    kernel: str
+    kernel_version: str
+    toolkit: Toolkit
+    torch: str  # exact release, e.g. "2.14.1"
+    python: str  # "3.11"
+    cxx11_abi: bool
+    arches: tuple[str, ...]
+    profile: str
+    platform: str = "x86_64"
+    torch_variant: str | None = None  # the torch wheel variant it builds against (cu130, rocm6.4)
+    torch_build: str | None = None  # an existing environment's exact torch (`2.11.0+cu130`, `2.10.0a0+5a8c`)
+    profile_spec: ProfileSpec = field(default_factory=lambda: ProfileSpec(), compare=False, hash=False)
+    source_sha256: str | None = field(default=None, compare=False, hash=False)
+    patches: tuple[str, ...] = field(default=(), compare=False, hash=False)
+
+    @property
+    def torch_family(self) -> str:
+        return ".".join(self.torch.split(".")[:2])
+
+    @property
+    def custom_torch(self) -> str | None:
+        """For a torch build that is not a plain release wheel (a nightly, NGC's `2.10.0a0+<sha>`): its slug
+        (`2100a05a8cd0ef`), which the local version and the variant carry; None for release wheels."""
+        return custom_torch_slug(self.torch_build) if self.torch_build else None
+
+    @property
+    def cp(self) -> str:
+        return "cp" + self.python.replace(".", "")
+
+    @property
+    def variant(self) -> str:
+        """Index/image family name: cu128-torch2.8 (+ -cxx11abiFALSE for the old ABI)."""
+        base = f"{self.toolkit.short}-torch{self.torch_family}"
+        if self.custom_torch:
+            base += f"-pt{self.custom_torch}"
+        return base if self.cxx11_abi else f"{base}-cxx11abiFALSE"
+
+    @property
+    def profile_tag(self) -> str | None:
+        spec = self.profile_spec
+        if self.profile == "full" and spec.is_full:
+            return None
+        return spec.tag or self.profile
+
+    @property
+    def local_version(self) -> str:
+        """Upstream's habit (cu128torch2.8cxx11abiTRUE), `.pt<build>` for a custom torch build, then the
+        profile tag when not full."""
+        abi = "TRUE" if self.cxx11_abi else "FALSE"
+        local = f"{self.toolkit.short}torch{self.torch_family}cxx11abi{abi}"
+        if self.custom_torch:
+            local += f".pt{self.custom_torch}"
+        tag = self.profile_tag
+        return f"{local}.{tag}" if tag else local
+
+    @property
+    def pure_python(self) -> bool:
+        """A ROCm Triton-profile cell: setup.py declares no extension, the wheel is pure Python."""
+        return self.toolkit.kind == "rocm" and self.profile_spec.rocm_backend == "triton"
+
+    @property
+    def wheel_tag(self) -> str:
+        """`cp311-cp311-linux_x86_64`, or `py3-none-any` for a pure-Python (Triton) cell."""
+        return "py3-none-any" if self.pure_python else f"{self.cp}-{self.cp}-linux_{self.platform}"
+
+    @property
+    def wheel_name(self) -> str:
+        dist = self.kernel.replace("-", "_")
+        return f"{dist}-{self.kernel_version}+{self.local_version}-{self.wheel_tag}.whl"
+
+    @property
+    def arch_slug(self) -> str:
+        return "-".join(a.replace("_", "") for a in self.arches)
+
+    @property
+    def id(self) -> str:
+        abi = "abi1" if self.cxx11_abi else "abi0"
+        torch = f"{self.torch}-pt{self.custom_torch}" if self.custom_torch else self.torch
+        return (
+            f"{self.kernel}-{self.kernel_version}-{self.toolkit.short}-torch{torch}-{self.cp}-{abi}"
+            f"-{self.arch_slug}-{self.profile}-{self.platform}"
+        )
+
+    def compile_flags(self) -> list[str]:
+        """Preprocessor flags the profile adds to every compile."""
+        return [f"-DFLASHATTENTION_DISABLE_{d.upper()}" for d in self.profile_spec.disable]
+
+    def key_inputs(self) -> dict[str, object]:
+        """What decides the compiled GPU code (Python excluded)."""
+        inputs: dict[str, object] = {
+            "kernel": self.kernel,
+            "version": self.kernel_version,
+            "source_sha256": self.source_sha256,
+            "patches": list(self.patches),
+            "toolkit": str(self.toolkit),
+            "torch": self.torch,
+            "torch_variant": self.torch_variant,
+            "cxx11_abi": self.cxx11_abi,
+            "arches": list(self.arches),
+            "platform": self.platform,
+            "profile": self.profile_spec.model_dump(exclude={"description"}),
+        }
+        if self.custom_torch:
+            inputs["torch_build"] = self.torch_build
+        return inputs
+
+    @property
+    def kernel_set_key(self) -> str:
+        blob = json.dumps(self.key_inputs(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "kernel": self.kernel,
+            "kernel_version": self.kernel_version,
+            "toolkit": str(self.toolkit),
+            "torch": self.torch,
+            "torch_variant": self.torch_variant,
+            "torch_build": self.torch_build,
+            "python": self.python,
+            "cxx11_abi": self.cxx11_abi,
+            "arches": list(self.arches),
+            "profile": self.profile,
+            "platform": self.platform,
+            "variant": self.variant,
+            "local_version": self.local_version,
+            "wheel": self.wheel_name,
+            "kernel_set_key": self.kernel_set_key,
+            "patches": list(self.patches),
+        }
+
+
+RELEASE_LOCAL_RE = re.compile(r"^(cu\d{2,4}|rocm\d+(\.\d+)*|cpu)$")
+
+
+def custom_torch_slug(version: str) -> str | None:
+    """None for a release wheel's version (`2.11.0`, `2.11.0+cu130`); else its letters and digits, lower
+    case (`2.10.0a0+5a8cd0ef.nv25.06` -> `2100a05a8cd0efnv2506`): a pre/dev release or a local build."""
+    release, _, local = version.partition("+")
+    if re.fullmatch(r"\d+\.\d+(\.\d+)?", release) and (not local or RELEASE_LOCAL_RE.match(local)):
+        return None
+    return re.sub(r"[^a-z0-9]", "", version.lower())

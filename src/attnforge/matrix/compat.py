@@ -1,0 +1,152 @@
+"""Typed access to the compatibility tables in `attnforge/data/compat.toml` (data stays data)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from importlib import resources
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..errors import ConfigurationError
+from ..kernels import head_dims as kernel_head_dims
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class Row(BaseModel):
+    """A table row: extra fields are kept (the data may grow), every row names its source."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    source: str
+    confidence: str = "documented"
+
+
+class TorchRelease(Row):
+    family: str
+    latest: str
+    released: str = ""
+    python: list[str]
+    cuda: list[str] = []
+    pypi_cuda: str | None = None
+    rocm: list[str] = []
+    cxx11_abi: list[bool] = [True]
+    cxx_std: int = 17
+    aarch64_cuda: list[str] = []
+
+
+class CudaToolkit(Row):
+    version: str
+    min_driver: str = ""
+    arches: list[str]
+    max_gcc: int | None = None
+    devel_image: str | None = None
+    runtime_image: str | None = None
+
+
+class RocmRelease(Row):
+    version: str
+    gfx: list[str]
+    dev_image: str | None = None
+
+
+class KernelRelease(Row):
+    name: str
+    version: str
+    min_torch: str = "2.0"
+    min_cuda: str = "11.7"
+    min_arch: str = "sm_80"
+    default_cuda_archs: list[str] = []
+    cxx_std: int = 17
+    head_dims: list[int] = list(kernel_head_dims("flash-attn"))
+    disable_macros: list[str] = []
+    rocm_min: str | None = None
+    rocm_backends: list[str] = []
+    ck_gfx: list[str] = []
+    triton_amd_gfx: list[str] = []
+    sdist_sha256: str | None = None
+
+
+class NgcRelease(Row):
+    release: str
+    torch: str
+    cuda: str
+    python: str
+    cxx11_abi: bool = True
+    flash_attn: str | None = None
+    ubuntu: str | None = None
+
+
+class DriverFloor(Row):
+    cuda_major: int
+    min_driver: str
+
+
+class CompatData(BaseModel):
+    """All tables, indexed for the rule engine."""
+
+    model_config = ConfigDict(frozen=True)
+    torch: list[TorchRelease]
+    cuda: list[CudaToolkit]
+    rocm: list[RocmRelease] = []
+    kernel: list[KernelRelease]
+    ngc: list[NgcRelease] = []
+    driver: list[DriverFloor] = []
+
+    def torch_release(self, version: str) -> TorchRelease | None:
+        """Find the family row for '2.8' or '2.8.0'."""
+        family = ".".join(version.split(".")[:2])
+        return next((t for t in self.torch if t.family == family), None)
+
+    def cuda_toolkit(self, version: str) -> CudaToolkit | None:
+        return next((c for c in self.cuda if c.version == version), None)
+
+    def rocm_release(self, version: str) -> RocmRelease | None:
+        return next((r for r in self.rocm if r.version == version), None)
+
+    def kernel_release(self, name: str, version: str) -> KernelRelease | None:
+        return next((k for k in self.kernel if k.name == name and k.version == version), None)
+
+
+def parse_version(text: str) -> Version:
+    """A packaging Version; invalid text sorts as 0 so a rule can name it instead of crashing."""
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return Version("0")
+
+
+def arch_number(arch: str) -> int:
+    """sm_90a -> 90, sm_100 -> 100 (gfx arches -> -1)."""
+    if not arch.startswith("sm_"):
+        return -1
+    return int("".join(ch for ch in arch[3:] if ch.isdigit()))
+
+
+@functools.lru_cache(maxsize=4)
+def load_compat(path: str | None = None) -> CompatData:
+    """Load the packaged tables (or a file given with --compat / ATTNFORGE_COMPAT)."""
+    try:
+        if path:
+            raw = Path(path).read_bytes()
+            name = path
+        else:
+            raw = resources.files("attnforge").joinpath("data/compat.toml").read_bytes()
+            name = "attnforge/data/compat.toml"
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigurationError(
+            f"compatibility data {path or 'attnforge/data/compat.toml'}: {exc}"
+        ) from None
+    data.pop("meta", None)
+    try:
+        return CompatData.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise ConfigurationError(f"compatibility data {name}: {loc}: {err['msg']}") from None

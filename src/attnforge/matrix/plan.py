@@ -1,0 +1,202 @@
+"""Expand a target of matrix.yaml into cells, check each against the rules, and summarise."""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigurationError, NothingToDoError
+from .cell import Cell, Toolkit
+from .compat import CompatData
+from .lock import source_sha256
+from .rules import Problem, Verdict, check
+from .schema import AXES, Matrix, TargetSpec
+
+Combo = dict[str, Any]
+
+
+@dataclass
+class Plan:
+    """The checked cells of one target."""
+
+    target: str
+    verdicts: list[Verdict]
+
+    @property
+    def valid(self) -> list[Cell]:
+        return [v.cell for v in self.verdicts if v.valid]
+
+    @property
+    def invalid(self) -> list[Verdict]:
+        return [v for v in self.verdicts if not v.valid]
+
+    def kernel_sets(self) -> dict[str, list[Cell]]:
+        groups: dict[str, list[Cell]] = {}
+        for c in self.valid:
+            groups.setdefault(c.kernel_set_key, []).append(c)
+        return groups
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "cells": len(self.verdicts),
+            "valid": len(self.valid),
+            "invalid": len(self.invalid),
+            "kernel_sets": len(self.kernel_sets()),
+            "variants": sorted({c.variant for c in self.valid}),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        cells = []
+        for v in self.verdicts:
+            row = v.cell.to_json()
+            row["valid"] = v.valid
+            row["reasons"] = v.reasons()
+            row["notes"] = v.notes
+            cells.append(row)
+        return {"summary": self.summary(), "cells": cells}
+
+
+def _norm_arch(value: Any) -> tuple[str, ...]:
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def _matches(combo: Combo, entry: Combo) -> bool:
+    for key, want in entry.items():
+        have = combo.get(key)
+        if key == "arch":
+            if _norm_arch(have) != _norm_arch(want):
+                return False
+        elif have != want:
+            return False
+    return True
+
+
+def expand(target: TargetSpec, defaults: Combo) -> list[Combo]:
+    """GitHub Actions' matrix semantics: product of axes, minus exclude, then include (extend or add)."""
+    axes = {k: v for k, v in target.matrix.model_dump().items() if v is not None}
+    names = list(axes)
+    combos: list[Combo] = [
+        dict(zip(names, values, strict=True)) for values in itertools.product(*axes.values())
+    ]
+    if not axes:
+        combos = []
+    excludes = [e.given() for e in target.exclude]
+    combos = [c for c in combos if not any(_matches(c, e) for e in excludes)]
+    for entry in (i.given() for i in target.include):
+        original = {k: v for k, v in entry.items() if k in axes}
+        extra = {k: v for k, v in entry.items() if k not in axes}
+        extended = False
+        for combo in combos:
+            if _matches(combo, original):
+                combo.update(extra)
+                extended = True
+        if not extended:
+            combos.append(dict(entry))
+    full: list[Combo] = []
+    for combo in combos:
+        missing = [a for a in AXES if a not in combo and a not in defaults]
+        if missing:
+            raise ConfigurationError(
+                f"target '{target.description or '?'}': a cell has no value for {', '.join(missing)}: "
+                "add the axis to the target's matrix or to top-level 'defaults'"
+            )
+        full.append({**defaults, **combo})
+    # a combination listed twice (e.g. by include) is one cell
+    unique: dict[str, Combo] = {}
+    for combo in full:
+        unique.setdefault(repr(sorted((k, str(v)) for k, v in combo.items())), combo)
+    return list(unique.values())
+
+
+def resolve_torch(version: str, data: CompatData) -> str:
+    """'2.8' means the family's latest patch release."""
+    row = data.torch_release(version)
+    if row is None or version.count(".") >= 2:
+        return version
+    return row.latest
+
+
+def make_cell(combo: Combo, matrix: Matrix, data: CompatData, lock: dict[str, Any]) -> Cell:
+    """Turn one combination of axis values into a Cell (not yet checked)."""
+    kernel = combo["kernel"]
+    if kernel not in matrix.kernels:
+        raise ConfigurationError(f"kernel '{kernel}' is used by a target but not declared under 'kernels'")
+    profile = combo["profile"]
+    if profile not in matrix.profiles:
+        guess = difflib.get_close_matches(profile, list(matrix.profiles), n=1)
+        hint = f"; did you mean '{guess[0]}'?" if guess else f"; declared: {', '.join(matrix.profiles)}"
+        raise ConfigurationError(
+            f"profile '{profile}' is used by a target but not declared under 'profiles'{hint}"
+        )
+    spec = matrix.kernels[kernel]
+    return Cell(
+        kernel=kernel,
+        kernel_version=spec.version,
+        toolkit=Toolkit.parse(combo["toolkit"]),
+        torch=resolve_torch(str(combo["torch"]), data),
+        python=str(combo["python"]),
+        cxx11_abi=bool(combo["cxx11_abi"]),
+        arches=_norm_arch(combo["arch"]),
+        profile=profile,
+        platform=combo["platform"],
+        profile_spec=matrix.profiles[profile],
+        source_sha256=source_sha256(kernel, spec, data, lock),
+    )
+
+
+def plan_target(matrix: Matrix, target: str, data: CompatData, lock: dict[str, Any] | None = None) -> Plan:
+    """Expand and check one target. Unknown target or an empty expansion is an error."""
+    if target not in matrix.targets:
+        guess = difflib.get_close_matches(target, list(matrix.targets), n=1)
+        hint = f"did you mean '{guess[0]}'?" if guess else f"targets: {', '.join(matrix.targets)}"
+        raise ConfigurationError(f"no target named '{target}' in the matrix ({hint})")
+    spec = matrix.targets[target]
+    combos = expand(spec, matrix.defaults.given())
+    if not combos:
+        raise NothingToDoError(
+            f"target '{target}' expands to no cell (check its matrix, include and exclude)"
+        )
+    verdicts = [check(make_cell(c, matrix, data, lock or {}), data) for c in combos]
+    verdicts.sort(key=lambda v: v.cell.id)
+    reject_same_wheel(verdicts)
+    return Plan(target, verdicts)
+
+
+def reject_same_wheel(verdicts: list[Verdict]) -> None:
+    """A valid cell whose wheel file name an earlier valid cell already produces is invalid (rule
+    `same-wheel`): it would overwrite that wheel. Pure-Python wheels (ROCm Triton, `py3-none-any`) do not
+    depend on the Python version, so a Triton profile declared for two Pythons is one wheel."""
+    first: dict[str, str] = {}
+    for v in verdicts:
+        if not v.valid:
+            continue
+        name = v.cell.wheel_name
+        if name in first:
+            v.problems.append(Problem("same-wheel", f"builds the same file as {first[name]} ({name}); "
+                                      "declare one Python for this profile"))  # fmt: skip
+        else:
+            first[name] = v.cell.id
+
+
+def select_cells(plan: Plan, cell_ids: list[str]) -> list[Cell]:
+    """The valid cells to act on: all of them, or those named with --cell (an invalid one is an error)."""
+    by_id = {v.cell.id: v for v in plan.verdicts}
+    if not cell_ids:
+        if not plan.valid:
+            reasons = "; ".join(f"{v.cell.id}: {v.reasons()[0]}" for v in plan.invalid[:3])
+            raise NothingToDoError(f"target '{plan.target}' has no valid cell ({reasons})")
+        return plan.valid
+    chosen: list[Cell] = []
+    for cid in cell_ids:
+        v = by_id.get(cid)
+        if v is None:
+            guess = difflib.get_close_matches(cid, list(by_id), n=1)
+            hint = f"; did you mean '{guess[0]}'?" if guess else " (see `attnforge plan`)"
+            raise ConfigurationError(f"no cell '{cid}' in target '{plan.target}'{hint}")
+        if not v.valid:
+            raise ConfigurationError(f"cell '{cid}' is impossible: {'; '.join(v.reasons())}")
+        chosen.append(v.cell)
+    return chosen

@@ -1,0 +1,283 @@
+"""Compatibility rules: each marks a cell valid, or invalid with a reason naming the cell and the rule."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from .cell import Cell
+from .compat import CompatData, arch_number, parse_version
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One broken rule: its id, a sentence, and where the fact comes from."""
+
+    rule: str
+    message: str
+    source: str = ""
+
+
+@dataclass
+class Verdict:
+    """The outcome for one cell. `cell` carries what the rules decided (torch variant, patches)."""
+
+    cell: Cell
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+    def reasons(self) -> list[str]:
+        return [f"[{p.rule}] {p.message}" for p in self.problems]
+
+
+Rule = Callable[[Verdict, CompatData], None]
+RULES: list[tuple[str, Rule]] = []
+
+
+def rule(rule_id: str) -> Callable[[Rule], Rule]:
+    """Register a rule under its id (ids appear in messages and docs/rules.md)."""
+
+    def wrap(fn: Rule) -> Rule:
+        RULES.append((rule_id, fn))
+        return fn
+
+    return wrap
+
+
+def _fail(v: Verdict, rule_id: str, message: str, source: str = "") -> None:
+    v.problems.append(Problem(rule_id, message, source))
+
+
+@rule("kernel-known")
+def _kernel_known(v: Verdict, data: CompatData) -> None:
+    c = v.cell
+    if data.kernel_release(c.kernel, c.kernel_version) is None:
+        known = ", ".join(k.version for k in data.kernel if k.name == c.kernel) or "none"
+        _fail(v, "kernel-known", f"{c.kernel} {c.kernel_version} has no compat row (known: {known})")
+
+
+@rule("torch-known")
+def _torch_known(v: Verdict, data: CompatData) -> None:
+    if data.torch_release(v.cell.torch) is None:
+        known = ", ".join(t.family for t in data.torch)
+        _fail(v, "torch-known", f"torch {v.cell.torch} is not in the compat data (known: {known})")
+
+
+@rule("toolkit-known")
+def _toolkit_known(v: Verdict, data: CompatData) -> None:
+    tk = v.cell.toolkit
+    row = data.cuda_toolkit(tk.version) if tk.kind == "cuda" else data.rocm_release(tk.version)
+    if row is None:
+        _fail(v, "toolkit-known", f"{tk} is not in the compat data")
+
+
+@rule("torch-python")
+def _torch_python(v: Verdict, data: CompatData) -> None:
+    t = data.torch_release(v.cell.torch)
+    if t and v.cell.python not in t.python:
+        _fail(
+            v,
+            "torch-python",
+            f"torch {t.family} has no wheels for Python {v.cell.python} (it ships {', '.join(t.python)})",
+            t.source,
+        )
+
+
+@rule("torch-abi")
+def _torch_abi(v: Verdict, data: CompatData) -> None:
+    t = data.torch_release(v.cell.torch)
+    if t and v.cell.cxx11_abi not in t.cxx11_abi:
+        shipped = "/".join("TRUE" if a else "FALSE" for a in t.cxx11_abi)
+        want = "TRUE" if v.cell.cxx11_abi else "FALSE"
+        _fail(
+            v, "torch-abi", f"torch {t.family} pip wheels use cxx11abi={shipped} only, not {want}", t.source
+        )
+
+
+@rule("torch-toolkit")
+def _torch_toolkit(v: Verdict, data: CompatData) -> None:
+    """Pick the torch wheel variant the cell compiles against, or say why none fits."""
+    c, t = v.cell, data.torch_release(v.cell.torch)
+    if t is None:
+        return
+    tk = c.toolkit
+    if tk.kind == "rocm":
+        if tk.version not in t.rocm:
+            _fail(
+                v,
+                "torch-toolkit",
+                f"torch {t.family} was not published for ROCm {tk.version} (ROCm variants: {', '.join(t.rocm) or 'none'})",
+                t.source,
+            )
+        else:
+            v.cell = replace(c, torch_variant=tk.short)
+        return
+    variants = t.aarch64_cuda if c.platform == "aarch64" else t.cuda
+    if c.platform == "aarch64" and not variants:
+        _fail(v, "torch-toolkit", f"torch {t.family} has no aarch64 CUDA wheels", t.source)
+        return
+    same_major = sorted((x for x in variants if x.split(".")[0] == str(tk.major)), key=parse_version)
+    if not same_major:
+        _fail(
+            v,
+            "torch-toolkit",
+            f"torch {t.family} has no CUDA {tk.major}.x wheels (variants: {', '.join(variants)}); an extension "
+            f"must be compiled with the same CUDA major as torch",
+            t.source,
+        )
+        return
+    exact = tk.version in same_major
+    lower = [x for x in same_major if parse_version(x) <= parse_version(tk.version)]
+    if exact:
+        chosen = tk.version
+    elif lower:
+        chosen = lower[-1]
+        v.notes.append(
+            f"CUDA {tk.version} has no torch {t.family} wheels of its own: compiled with nvcc {tk.version} against "
+            f"torch's cu{chosen.replace('.', '')} build (CUDA minor-version compatibility)"
+        )
+    else:
+        _fail(
+            v,
+            "torch-toolkit",
+            f"torch {t.family}'s oldest CUDA {tk.major} build is {same_major[0]}, newer than the toolkit "
+            f"{tk.version}: compile with CUDA >= {same_major[0]}",
+            t.source,
+        )
+        return
+    v.cell = replace(c, torch_variant="cu" + chosen.replace(".", ""))
+
+
+@rule("toolkit-arch")
+def _toolkit_arch(v: Verdict, data: CompatData) -> None:
+    c = v.cell
+    if c.toolkit.kind == "cuda":
+        gfx = [a for a in c.arches if not a.startswith("sm_")]
+        if gfx:
+            _fail(v, "toolkit-arch", f"{', '.join(gfx)} are AMD arches; a CUDA cell needs sm_XX arches")
+            return
+        row = data.cuda_toolkit(c.toolkit.version)
+        if row:
+            missing = [a for a in c.arches if a not in row.arches]
+            if missing:
+                _fail(
+                    v,
+                    "toolkit-arch",
+                    f"nvcc {c.toolkit.version} cannot target {', '.join(missing)} "
+                    f"(it supports {row.arches[0]}..{row.arches[-1]})",
+                    row.source,
+                )
+    else:
+        sm = [a for a in c.arches if a.startswith("sm_")]
+        if sm:
+            _fail(v, "toolkit-arch", f"{', '.join(sm)} are NVIDIA arches; a ROCm cell needs gfx arches")
+            return
+        rrow = data.rocm_release(c.toolkit.version)
+        if rrow:
+            missing = [a for a in c.arches if a not in rrow.gfx]
+            if missing:
+                _fail(
+                    v,
+                    "toolkit-arch",
+                    f"ROCm {rrow.version} does not support {', '.join(missing)}",
+                    rrow.source,
+                )
+
+
+@rule("kernel-requirements")
+def _kernel_requirements(v: Verdict, data: CompatData) -> None:
+    c = v.cell
+    k = data.kernel_release(c.kernel, c.kernel_version)
+    if k is None:
+        return
+    if parse_version(c.torch) < parse_version(k.min_torch):
+        _fail(v, "kernel-requirements", f"{c.kernel} {k.version} needs torch >= {k.min_torch}", k.source)
+    if c.toolkit.kind == "cuda":
+        if parse_version(c.toolkit.version) < parse_version(k.min_cuda):
+            _fail(v, "kernel-requirements", f"{c.kernel} {k.version} needs CUDA >= {k.min_cuda}", k.source)
+        low = [a for a in c.arches if arch_number(a) < arch_number(k.min_arch)]
+        if low:
+            _fail(
+                v,
+                "kernel-requirements",
+                f"{c.kernel} {k.version} needs {k.min_arch}+ (Ampere or newer); {', '.join(low)} is too old",
+                k.source,
+            )
+    else:
+        if k.rocm_min is None:
+            _fail(v, "kernel-requirements", f"{c.kernel} {k.version} has no ROCm support", k.source)
+        elif parse_version(c.toolkit.version) < parse_version(k.rocm_min):
+            _fail(v, "kernel-requirements", f"{c.kernel} {k.version} needs ROCm >= {k.rocm_min}", k.source)
+
+
+@rule("profile")
+def _profile(v: Verdict, data: CompatData) -> None:
+    c, spec = v.cell, v.cell.profile_spec
+    k = data.kernel_release(c.kernel, c.kernel_version)
+    if spec.head_dims and k:
+        bad = [d for d in spec.head_dims if d not in k.head_dims]
+        if bad:
+            _fail(
+                v, "profile", f"profile '{c.profile}': {c.kernel} {k.version} has no head dim {bad}", k.source
+            )
+    if spec.disable and k and k.disable_macros:
+        unsupported = [d for d in spec.disable if d.upper() not in k.disable_macros]
+        if unsupported:
+            _fail(
+                v,
+                "profile",
+                f"profile '{c.profile}': {c.kernel} {k.version} has no FLASHATTENTION_DISABLE_ "
+                f"macro for {', '.join(unsupported)}",
+                k.source,
+            )
+    if c.toolkit.kind == "cuda" and spec.rocm_backend:
+        _fail(v, "profile", f"profile '{c.profile}' sets rocm_backend, but {c.toolkit} is a CUDA toolkit")
+    if c.toolkit.kind == "rocm":
+        backend = spec.rocm_backend or "ck"
+        if k and backend not in k.rocm_backends:
+            _fail(v, "profile", f"{c.kernel} {k.version} has no ROCm '{backend}' backend", k.source)
+        elif k:
+            allowed = k.ck_gfx if backend == "ck" else k.triton_amd_gfx
+            bad_gfx = [a for a in c.arches if allowed and a not in allowed]
+            if bad_gfx:
+                _fail(
+                    v,
+                    "profile",
+                    f"the {backend} backend of {c.kernel} {k.version} does not support {', '.join(bad_gfx)} "
+                    f"(supports {', '.join(allowed)})",
+                    k.source,
+                )
+
+
+@rule("cxx-standard")
+def _cxx_standard(v: Verdict, data: CompatData) -> None:
+    """torch >= 2.14 headers need C++20; flash-attn hard-codes C++17: the build applies the cxx20 patch."""
+    c = v.cell
+    t = data.torch_release(c.torch)
+    k = data.kernel_release(c.kernel, c.kernel_version)
+    if t and k and t.cxx_std > k.cxx_std:
+        v.cell = replace(c, patches=tuple(sorted({*c.patches, f"cxx{t.cxx_std}"})))
+        v.notes.append(
+            f"torch {t.family} headers need C++{t.cxx_std} but {c.kernel} {k.version} compiles with "
+            f"C++{k.cxx_std}: patch 'cxx{t.cxx_std}' applied"
+        )
+
+
+# Rules about PyPI's torch wheels, which a build against an installed torch answers by itself: that torch
+# exists, runs this Python, has this ABI and was built for this toolkit (the env backend).
+ENVIRONMENT_ANSWERS = frozenset({"torch-known", "torch-python", "torch-abi", "torch-toolkit"})
+
+
+def check(cell: Cell, data: CompatData, answered: frozenset[str] = frozenset()) -> Verdict:
+    """Run every rule on a cell, but those the caller's environment has `answered` (noted as such)."""
+    verdict = Verdict(cell)
+    for rule_id, fn in RULES:
+        if rule_id in answered:
+            verdict.notes.append(f"[{rule_id}] answered by the environment's own torch")
+            continue
+        fn(verdict, data)
+    return verdict

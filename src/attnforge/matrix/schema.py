@@ -1,0 +1,257 @@
+"""The matrix.yaml schema (pydantic models). `attnforge schema` exports it as JSON Schema for editors."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ..kernels import KERNELS
+from ..kernels import head_dims as kernel_head_dims
+from ..publish.destinations import Destination
+
+SCHEMA_VERSION = 1
+
+TOOLKIT_RE = re.compile(r"^(cuda|rocm)(\d+)\.(\d+)$")
+ARCH_RE = re.compile(r"^(sm_\d{2,3}[a-z]?|gfx[0-9a-f]{3,4})$")
+PY_RE = re.compile(r"^3\.\d{1,2}$")
+TORCH_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
+NAME_RE = re.compile(r"^[a-z][a-z0-9]*$")
+
+AXES = ("kernel", "toolkit", "torch", "python", "cxx11_abi", "arch", "profile", "platform")
+DisableFeature = Literal["backward", "dropout", "alibi", "softcap", "uneven_k", "local"]
+
+
+class Strict(BaseModel):
+    """Base: unknown keys are errors (the loader turns them into a 'did you mean')."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceSpec(Strict):
+    """Where a kernel's sources come from; `sha256` pins them (or `attnforge lock` writes attnforge.lock)."""
+
+    kind: Literal["pypi-sdist", "url", "git", "path"] = "pypi-sdist"
+    url: str | None = Field(
+        None, description="git URL (kind=git) or the archive's URL (kind=url, pypi-sdist)"
+    )
+    ref: str | None = Field(None, description="git commit or tag (kind=git)")
+    path: str | None = Field(None, description="a local source archive (kind=path), e.g. a `git archive`")
+    sha256: str | None = Field(None, description="expected sha256 of the archive (pypi-sdist/url/path)")
+    subdir: str | None = Field(
+        None, description="folder holding setup.py inside the archive (flash-attn-3: hopper)"
+    )
+
+    @model_validator(mode="after")
+    def _needs(self) -> SourceSpec:
+        if self.kind == "git" and not (self.url and self.ref):
+            raise ValueError("source kind 'git' needs both 'url' and 'ref' (a commit or tag)")
+        if self.kind == "path" and not self.path:
+            raise ValueError("source kind 'path' needs 'path'")
+        if self.kind == "url" and not self.url:
+            raise ValueError("source kind 'url' needs 'url'")
+        if self.subdir is not None and (self.subdir.startswith("/") or ".." in self.subdir.split("/")):
+            raise ValueError(f"subdir {self.subdir!r} must be a relative folder inside the archive")
+        if self.sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
+            raise ValueError("sha256 must be 64 lowercase hex digits")
+        return self
+
+
+class KernelSpec(Strict):
+    """A kernel package to build (flash-attn = FA2; flash-attn-3 is reserved for the hopper/ build)."""
+
+    version: str
+    source: SourceSpec = SourceSpec()
+
+
+class ProfileSpec(Strict):
+    """What gets compiled. Anything but `full` appears in the wheel's local version via `tag`."""
+
+    description: str = ""
+    tag: str | None = Field(None, description="local-version tag; defaults to the profile name")
+    disable: list[DisableFeature] = Field(
+        default_factory=list, description="FLASHATTENTION_DISABLE_<X> macros (backward, dropout, ...)"
+    )
+    head_dims: list[int] | None = Field(None, description="compile only these head dims (None = all)")
+    dtypes: list[Literal["fp16", "bf16"]] | None = Field(None, description="compile only these dtypes")
+    rocm_backend: Literal["ck", "triton"] | None = Field(None, description="ROCm only: CK or Triton")
+
+    @field_validator("tag")
+    @classmethod
+    def _tag(cls, v: str | None) -> str | None:
+        if v is not None and not NAME_RE.match(v):
+            raise ValueError(
+                f"profile tag {v!r} must be lowercase letters and digits (a PEP 440 local segment)"
+            )
+        return v
+
+    @field_validator("head_dims")
+    @classmethod
+    def _hd(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None:
+            known = sorted({d for k in KERNELS for d in kernel_head_dims(k)})
+            bad = [d for d in v if d not in known]
+            if bad or not v:
+                raise ValueError(
+                    f"head_dims must be a non-empty subset of {', '.join(map(str, known))} (got {v})"
+                )
+            return sorted(set(v))
+        return v
+
+    @property
+    def is_full(self) -> bool:
+        return (
+            not self.disable
+            and self.head_dims is None
+            and self.dtypes is None
+            and self.rocm_backend in (None, "ck")
+        )
+
+
+ArchEntry = Annotated[list[str] | str, Field(description="one arch or a list compiled into one wheel")]
+
+
+class AxisValues(Strict):
+    """A target's matrix: every combination of these values is a cell (like GitHub Actions' matrix)."""
+
+    kernel: list[str] | None = None
+    toolkit: list[str] | None = None
+    torch: list[str] | None = None
+    python: list[str] | None = None
+    cxx11_abi: list[bool] | None = None
+    arch: list[ArchEntry] | None = None
+    profile: list[str] | None = None
+    platform: list[Literal["x86_64", "aarch64"]] | None = None
+
+    @field_validator("toolkit")
+    @classmethod
+    def _tk(cls, v: list[str] | None) -> list[str] | None:
+        for t in v or []:
+            if not TOOLKIT_RE.match(t):
+                raise ValueError(f"toolkit {t!r} must look like 'cuda12.8' or 'rocm6.4'")
+        return v
+
+    @field_validator("python")
+    @classmethod
+    def _py(cls, v: list[str] | None) -> list[str] | None:
+        for p in v or []:
+            if not PY_RE.match(p):
+                raise ValueError(
+                    f"python {p!r} must look like '3.11' (quote it in YAML: 3.10 is the float 3.1)"
+                )
+        return v
+
+    @field_validator("torch")
+    @classmethod
+    def _torch(cls, v: list[str] | None) -> list[str] | None:
+        for t in v or []:
+            if not TORCH_RE.match(t):
+                raise ValueError(f"torch {t!r} must look like '2.8' (latest patch) or '2.8.0'")
+        return v
+
+    @field_validator("arch")
+    @classmethod
+    def _arch(cls, v: list[list[str] | str] | None) -> list[list[str] | str] | None:
+        for entry in v or []:
+            for a in [entry] if isinstance(entry, str) else entry:
+                if not ARCH_RE.match(a):
+                    raise ValueError(f"arch {a!r} must look like 'sm_90', 'sm_90a' or 'gfx942'")
+        return v
+
+
+class MatrixEntry(Strict):
+    """One include/exclude entry: axis name -> single value."""
+
+    kernel: str | None = None
+    toolkit: str | None = None
+    torch: str | None = None
+    python: str | None = None
+    cxx11_abi: bool | None = None
+    arch: list[str] | str | None = None
+    profile: str | None = None
+    platform: Literal["x86_64", "aarch64"] | None = None
+
+    def given(self) -> dict[str, Any]:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class TargetSpec(Strict):
+    """A named slice of the matrix (`--target release`)."""
+
+    description: str = ""
+    matrix: AxisValues
+    include: list[MatrixEntry] = Field(default_factory=list)
+    exclude: list[MatrixEntry] = Field(default_factory=list)
+
+
+class ResourcesSpec(Strict):
+    """Build parallelism. `auto` = chosen from cores and memory available to the build (cgroups included)."""
+
+    max_jobs: int | Literal["auto"] = "auto"
+    nvcc_threads: int | Literal["auto"] = "auto"
+    memory_per_job_gb: float | Literal["auto"] = Field(
+        "auto", description="peak memory of one compile job; auto = measured table per toolkit/profile"
+    )
+    reserve_memory_gb: float = Field(2.0, description="memory kept free for the system (never swap-thrash)")
+    parallel_cells: int | Literal["auto"] = "auto"
+
+
+class PipSpec(Strict):
+    """pip options for installing torch inside builds; local file:// paths are mounted read-only."""
+
+    inherit_host_config: bool = Field(True, description="use this machine's pip index/find-links/constraints")
+    index_url: str | None = None
+    extra_index_urls: list[str] = Field(default_factory=list)
+    find_links: list[str] = Field(default_factory=list)
+
+
+class BuildSpec(Strict):
+    """How cells are built."""
+
+    backend: Literal["auto", "docker", "local"] = "auto"
+    resources: ResourcesSpec = ResourcesSpec()
+    cache_dir: str = ".attnforge-cache"
+    output_dir: str = "wheels"
+    extra_ca_bundle: str | None = Field(
+        None, description="CA bundle given to builds as a secret, never in a layer"
+    )
+    base_images: dict[str, str] = Field(
+        default_factory=dict, description="toolkit -> base image (default: the compat table's devel image)"
+    )
+    local_base: bool = Field(
+        False,
+        description="bootstrap a Debian base locally and install the toolkit from PyPI (air-gapped/no Hub)",
+    )
+    pip: PipSpec = PipSpec()
+
+
+class Matrix(Strict):
+    """The whole matrix.yaml."""
+
+    version: Literal[1] = Field(description="schema version of this file")
+    kernels: dict[str, KernelSpec]
+    profiles: dict[str, ProfileSpec] = Field(default_factory=lambda: {"full": ProfileSpec()})
+    defaults: MatrixEntry = MatrixEntry()
+    targets: dict[str, TargetSpec]
+    build: BuildSpec = BuildSpec()
+    destinations: dict[str, Destination] = Field(default_factory=dict)
+    flex: dict[str, Any] = Field(
+        default_factory=dict, description="FlexAttention cache variants (see docs/flex.md)"
+    )
+
+    @field_validator("kernels")
+    @classmethod
+    def _kernels(cls, v: dict[str, KernelSpec]) -> dict[str, KernelSpec]:
+        unknown = [k for k in v if k not in ("flash-attn", "flash-attn-3")]
+        if unknown:
+            raise ValueError(f"unknown kernel {unknown[0]!r}; supported: flash-attn (flash-attn-3 reserved)")
+        return v
+
+    @field_validator("profiles")
+    @classmethod
+    def _profiles(cls, v: dict[str, ProfileSpec]) -> dict[str, ProfileSpec]:
+        for name in v:
+            if not NAME_RE.match(name):
+                raise ValueError(f"profile name {name!r} must be lowercase letters and digits")
+        return v

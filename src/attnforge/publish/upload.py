@@ -1,0 +1,197 @@
+"""Upload to an index server (pypiserver, or anything speaking the upload API) with twine.
+
+All or nothing as far as a server allows: every wheel is checked first (its bytes, its metadata as
+twine reads it, and against what the server already holds); then each is uploaded; if one fails,
+the files this run uploaded are removed again (pypiserver's `remove_pkg`) and the report says what
+is left. The password never appears in a log line or an exception text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from collections.abc import Callable, Sequence
+from html.parser import HTMLParser
+from urllib.parse import unquote, urljoin, urlsplit
+
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from ..errors import EnvironmentProblem, PublishError
+from ..wheels.wheelio import read_wheel
+from .destinations import Credentials, redact
+from .index import Bundle, PublishReport, check_conflicts
+
+Log = Callable[[str], None]
+
+
+class _Links(HTMLParser):
+    """Collects (filename, sha256) from a PEP 503 page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.files: dict[str, str] = {}
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag != "a":
+            return
+        href = dict(attrs).get("href") or ""
+        path, _, fragment = href.partition("#")
+        name = unquote(urlsplit(path).path.rsplit("/", 1)[-1])
+        algo, _, digest = fragment.partition("=")
+        if name:
+            self.files[name] = digest if algo == "sha256" else ""
+
+
+class ServerPublisher:
+    """One upload session to `url` with `creds`."""
+
+    def __init__(self, url: str, creds: Credentials, log: Log) -> None:
+        try:
+            import requests
+        except ImportError:  # pragma: no cover - twine depends on requests
+            raise EnvironmentProblem(
+                "requests is not installed", hint="pip install 'attnforge[publish]'"
+            ) from None
+        self.url = url.rstrip("/") + "/"
+        self.creds = creds
+        self.log = log
+        self.session = requests.Session()
+        self.session.trust_env = False  # no proxies or netrc credentials picked up from the environment
+        if creds.username and creds.password:
+            self.session.auth = (creds.username, creds.password)
+
+    def _fail(self, message: str, exc: BaseException | None = None) -> PublishError:
+        detail = f": {redact(str(exc), self.creds.secrets())}" if exc is not None else ""
+        return PublishError(redact(message, self.creds.secrets()) + detail)
+
+    def existing(self, project: str) -> dict[str, str]:
+        """filename -> sha256 of what the server lists for `project` ({} when it has none)."""
+        import requests
+
+        page = urljoin(self.url, f"simple/{canonicalize_name(project)}/")
+        try:
+            resp = self.session.get(page, timeout=60, headers={"Accept": "text/html"})
+        except requests.RequestException as exc:
+            raise self._fail(f"index {self.url} unreachable", exc) from None
+        if resp.status_code == 404:
+            return {}
+        if resp.status_code in (401, 403):
+            raise self._fail(f"index {self.url} refused the credentials (HTTP {resp.status_code})")
+        if resp.status_code != 200:
+            raise self._fail(f"index {self.url}: GET {page} answered HTTP {resp.status_code}")
+        parser = _Links()
+        parser.feed(resp.text)
+        return parser.files
+
+    def _twine_upload(self, bundle: Bundle) -> None:
+        from twine.commands.upload import upload
+        from twine.settings import Settings
+
+        settings = Settings(
+            repository_url=self.url,
+            username=self.creds.username or "",
+            password=self.creds.password or "",
+            non_interactive=True,
+            disable_progress_bar=True,
+            config_file="/dev/null",
+        )
+        out = io.StringIO()
+        # twine's own messages ("Retry with --verbose") are for twine's CLI: keep them out of ours
+        twine_log = logging.getLogger("twine")
+        saved = twine_log.propagate, list(twine_log.handlers)
+        twine_log.handlers, twine_log.propagate = [logging.NullHandler()], False
+        try:
+            with contextlib.redirect_stdout(out):
+                upload(settings, [str(bundle.wheel)])
+        finally:
+            twine_log.propagate, twine_log.handlers = saved[0], saved[1]
+
+    def _remove(self, bundle: Bundle) -> bool:
+        """pypiserver's `remove_pkg` (every file of name+version); True when the server says done."""
+        name, version, _, _ = parse_wheel_filename(bundle.filename)
+        try:
+            resp = self.session.post(
+                self.url,
+                data={":action": "remove_pkg", "name": str(name), "version": str(version)},
+                timeout=60,
+            )
+        except Exception:
+            return False
+        return resp.status_code < 300
+
+    def preflight(self, bundles: Sequence[Bundle]) -> tuple[list[Bundle], list[str], set[tuple[str, str]]]:
+        """Check everything before uploading anything: returns (to upload, unchanged, versions present)."""
+        from twine.package import PackageFile
+
+        existing: dict[str, str] = {}
+        for project in sorted({b.project for b in bundles}):
+            existing.update(self.existing(project))
+        new, unchanged = check_conflicts(existing, [(b.filename, b.sha256) for b in bundles])
+        by_name = {b.filename: b for b in bundles}
+        for filename in new:
+            try:
+                read_wheel(by_name[filename].wheel)
+                PackageFile.from_filename(str(by_name[filename].wheel), None).metadata_dictionary()
+            except Exception as exc:  # twine raises its own and zipfile's errors
+                raise self._fail(f"{filename}: not uploadable, nothing was published", exc) from None
+        present = set()
+        for filename in existing:
+            with contextlib.suppress(ValueError):
+                name, version, _, _ = parse_wheel_filename(filename)
+                present.add((str(canonicalize_name(name)), str(version)))
+        return [by_name[f] for f in new], unchanged, present
+
+    def publish(self, bundles: Sequence[Bundle], *, dry_run: bool = False) -> PublishReport:
+        """Preflight, then upload each wheel; on a failure roll back what this run uploaded."""
+        report = PublishReport(destination=self.url)
+        todo, report.unchanged, present = self.preflight(bundles)
+        if not todo:
+            report.notes.append("nothing new: the server already has every wheel")
+            return report
+        if dry_run:
+            report.notes.append("dry run: would upload " + ", ".join(b.filename for b in todo))
+            return report
+        done: list[Bundle] = []
+        for bundle in todo:
+            self.log(f"uploading {bundle.filename}")
+            try:
+                self._twine_upload(bundle)
+            except BaseException as exc:
+                kept = self._rollback(done, present)
+                status = getattr(getattr(exc, "response", None), "status_code", None)
+                why = "the credentials were refused" if status in (401, 403) else "upload failed"
+                msg = f"{bundle.filename}: {why}" + (f" (HTTP {status})" if status else "")
+                msg += (f"; rolled back {len(done)} earlier upload(s)" if not kept and done else "") + (
+                    f"; still on the server: {', '.join(kept)}" if kept else ""
+                )
+                if not done:
+                    msg += "; nothing was published"
+                raise self._fail(msg, exc if status is None else None) from None
+            done.append(bundle)
+            if bundle.gate == "skipped":
+                report.skipped_gate.append(bundle.filename)
+        listed: dict[str, str] = {}
+        for project in sorted({b.project for b in done}):
+            listed.update(self.existing(project))
+        for bundle in done:
+            if listed.get(bundle.filename) not in (bundle.sha256, ""):
+                raise self._fail(f"{bundle.filename}: uploaded but the server lists other bytes")
+            report.added.append(bundle.filename)
+        return report
+
+    def _rollback(self, done: list[Bundle], present: set[tuple[str, str]]) -> list[str]:
+        """Remove this run's uploads whose version had no file before; returns the files left behind."""
+        kept = []
+        for bundle in done:
+            name, version, _, _ = parse_wheel_filename(bundle.filename)
+            if (str(canonicalize_name(name)), str(version)) in present or not self._remove(bundle):
+                kept.append(bundle.filename)
+        return kept
+
+
+def publish_to_server(
+    url: str, creds: Credentials, bundles: Sequence[Bundle], log: Log, *, dry_run: bool = False
+) -> PublishReport:
+    """Upload `bundles` to the index at `url` (see the module docstring)."""
+    return ServerPublisher(url, creds, log).publish(bundles, dry_run=dry_run)
