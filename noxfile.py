@@ -79,6 +79,72 @@ def gpu_parity(session: nox.Session) -> None:
         session.run("attnforge", "parity", "run", "--wheel", str(wheel), *args[2:], external=True)
 
 
+@nox.session(name="gpu-validate", venv_backend="none")
+def gpu_validate(session: nox.Session) -> None:
+    """On a GPU machine, with its own torch: build (`attnforge build --python`), parity, publish, install.
+
+    `attnforge build --python $(command -v python3)` (args after `--` go to it; default `--profile
+    hd64128`), `attnforge parity run` on the wheel (recorded in its manifest), `attnforge publish --to gpu`
+    (a static index that takes only wheels whose parity passed), then `attnforge serve` that index while
+    `attnforge runner check --smoke-index` installs the wheel from it into a fresh venv and runs it. Every
+    step runs; the session fails when one did. Writes reports/gpu/env_build.json ($ATTNFORGE_GPU_REPORT).
+    """
+    import json
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    def step(*cmd: str) -> int:
+        session.log(" ".join(cmd))
+        return subprocess.run(cmd, check=False).returncode
+
+    python = shutil.which("python3") or sys.executable
+    build_args = session.posargs or ["--profile", "hd64128"]
+    out = Path(os.environ.get("ATTNFORGE_GPU_REPORT", "reports/gpu/env_build.json"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    before = {p: p.stat().st_mtime for p in Path("wheels").glob("*.whl")}
+    if step("attnforge", "build", "--python", python, "--quiet", *build_args) != 0:
+        session.error("the build failed (log in wheels/logs/)")
+    wall = round(time.monotonic() - start, 1)
+    fresh = [p for p in Path("wheels").glob("*.whl") if before.get(p) != p.stat().st_mtime]
+    wheel = max(fresh or Path("wheels").glob("*.whl"), key=lambda p: p.stat().st_mtime)
+    parity_dir = out.parent / "env-parity"
+    codes = {"parity": step("attnforge", "parity", "run", "--wheel", str(wheel), "--out", str(parity_dir))}
+    codes["publish"] = step("attnforge", "publish", "--to", "gpu", str(wheel))
+    manifest = json.loads(Path(f"{wheel}.manifest.json").read_text())
+    serve = subprocess.Popen(["attnforge", "serve", "wheels/gpu-index", "--port", "0"], stdout=subprocess.PIPE,
+                             text=True)  # fmt: skip
+    check = out.parent / "env_runner_check.json"
+    try:
+        url = (serve.stdout.readline() if serve.stdout else "").split(" at ")[-1].strip().rstrip("/")
+        codes["smoke"] = step("attnforge", "runner", "check", "--no-cxx-probe", "--json", str(check),
+                              "--smoke-index", f"{url}/{manifest['variant']}/simple")  # fmt: skip
+    finally:
+        serve.terminate()
+    parity = (
+        json.loads((parity_dir / "parity.json").read_text()) if (parity_dir / "parity.json").is_file() else {}
+    )
+    smoke = json.loads(check.read_text()).get("smoke", {}) if check.is_file() else {}
+    report = {
+        "device": parity.get("device"),
+        "command": f"nox -s gpu-validate -- {' '.join(build_args)}",
+        "wheel": wheel.name,
+        "backend": manifest["build"]["backend"],
+        "torch_build": manifest["build"].get("torch_build"),
+        "wall_s": wall,
+        "parity": {"passed": parity.get("passed"), "failed": parity.get("failed")},
+        "published": codes["publish"] == 0,
+        "smoke_ok": codes["smoke"] == 0 and smoke.get("passed", 0) > 0 and smoke.get("failed") == 0,
+        "exit_codes": codes,
+    }
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    session.log(json.dumps(report))
+    if any(codes.values()):
+        session.error(f"a step failed: {codes}")
+
+
 @nox.session(python=PYTHON)
 def ci(session: nox.Session) -> None:
     """Regenerate .github/workflows from matrix.yaml (`-- --check` fails when the checked-in files differ)."""
