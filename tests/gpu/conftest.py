@@ -22,7 +22,7 @@ def _cuda() -> tuple[bool, str]:
     except ImportError:
         return False, "torch is not installed"
     if not torch.cuda.is_available():
-        return False, "no CUDA GPU visible (GPU tests run on the GPU machine: scripts/gpu-validate.sh)"
+        return False, "no CUDA GPU visible (GPU tests run on the GPU machine: nox -s gpu-validate, docs/gpu-parity.md)"
     return True, ""
 
 

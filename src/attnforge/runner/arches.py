@@ -2,6 +2,43 @@
 
 from __future__ import annotations
 
+import re
+
+# LLVM AMDGPU processors from GFX9 on (llvm.org/docs/AMDGPUUsage.html), for telling real names from
+# mis-decoded ones; an unlisted name of the right shape is still accepted as it is.
+KNOWN_GFX = frozenset((
+    "gfx900", "gfx902", "gfx904", "gfx906", "gfx908", "gfx909", "gfx90a", "gfx90c",
+    "gfx940", "gfx941", "gfx942", "gfx950",
+    "gfx1010", "gfx1011", "gfx1012", "gfx1013",
+    "gfx1030", "gfx1031", "gfx1032", "gfx1033", "gfx1034", "gfx1035", "gfx1036",
+    "gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1153",
+    "gfx1200", "gfx1201", "gfx1250", "gfx1251",
+))  # fmt: skip
+_GFX_RE = re.compile(r"gfx[0-9a-f]{3,4}")
+_DECIMAL_STEPPING_RE = re.compile(r"gfx(9|1[0-2])(\d)(1[0-5])")
+
+
+def gfx_from_target_version(value: int) -> str:
+    """KFD's gfx_target_version (90010) -> gfx90a: major*10000 + minor*100 + stepping, hex digits in LLVM's name."""
+    major, minor, step = value // 10000, (value // 100) % 100, value % 100
+    return f"gfx{major}{minor:x}{step:x}"
+
+
+def normalize_gfx(raw: object) -> str | None:
+    """A gfx name from any tool's spelling: gfx942, GFX942, 90402, amdgcn-amd-amdhsa--gfx90a:xnack-, and
+    gfx9010 (tools that print the stepping in decimal: 9.0.10 is gfx90a); None when it is not one."""
+    text = str(raw).strip().lower()
+    if text.isdigit() and len(text) >= 5:
+        value = int(text)
+        return gfx_from_target_version(value) if value else None
+    text = text.removeprefix("amdgcn-amd-amdhsa--").split(":")[0]
+    if text in KNOWN_GFX:
+        return text
+    m = _DECIMAL_STEPPING_RE.fullmatch(text)
+    if m:
+        return f"gfx{m[1]}{int(m[2]):x}{int(m[3]):x}"
+    return text if _GFX_RE.fullmatch(text) else None
+
 
 def sm_of_compute_cap(cap: str) -> str:
     """'9.0' -> 'sm_90', '12.0' -> 'sm_120' (nvidia-smi's compute_cap field)."""

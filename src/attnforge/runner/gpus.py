@@ -18,7 +18,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .arches import sm_of_compute_cap
+from .arches import normalize_gfx, sm_of_compute_cap
 from .host import Host
 
 NVIDIA_QUERY = [
@@ -120,13 +120,13 @@ def parse_amd_smi(text: str) -> list[Gpu]:
             continue
         asic = row.get("asic") or {}
         driver = row.get("driver") or {}
-        arch = str(asic.get("target_graphics_version") or "")
+        arch = normalize_gfx(asic.get("target_graphics_version") or "") or ""
         gpus.append(
             Gpu(
                 index=int(row.get("gpu", i)),
                 vendor="amd",
                 name=str(asic.get("market_name") or "AMD GPU"),
-                arch=arch if arch.startswith("gfx") else "",
+                arch=arch,
                 memory_mib=_amd_mib(row.get("vram")),
                 driver=str(driver.get("version") or driver.get("driver_version") or ""),
             )
@@ -145,13 +145,13 @@ def parse_rocm_smi(text: str) -> tuple[list[Gpu], str]:
     )
     for key in cards:
         card = data[key] if isinstance(data[key], dict) else {}
-        arch = str(card.get("GFX Version") or "")
+        arch = normalize_gfx(card.get("GFX Version") or "") or ""
         gpus.append(
             Gpu(
                 index=int(key.removeprefix("card")),
                 vendor="amd",
                 name=str(card.get("Card Series") or card.get("Card series") or "AMD GPU"),
-                arch=arch if arch.startswith("gfx") else "",
+                arch=arch,
             )
         )
     system = data.get("system") if isinstance(data.get("system"), dict) else {}
