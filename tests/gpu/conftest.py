@@ -22,7 +22,10 @@ def _cuda() -> tuple[bool, str]:
     except ImportError:
         return False, "torch is not installed"
     if not torch.cuda.is_available():
-        return False, "no CUDA GPU visible (GPU tests run on the GPU machine: nox -s gpu-validate, docs/gpu-parity.md)"
+        return (
+            False,
+            "no CUDA GPU visible (GPU tests run on the GPU machine: nox -s gpu-validate, docs/gpu-parity.md)",
+        )
     return True, ""
 
 

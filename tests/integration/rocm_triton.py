@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from attnforge.engine.sources import _download, sha256_of
+from attnforge.builder.files import sha256_file as sha256_of
+from attnforge.engine.sources import _download
 from attnforge.matrix.lock import sdist_url
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -97,3 +97,23 @@ def test_wheel_imports_in_a_fresh_venv(built: tuple[Path, Path, str], tmp_path: 
     )
     assert probe.returncode == 0, probe.stderr[-2000:]
     assert probe.stdout.strip().startswith("2.8.3")
+
+
+def test_env_build_against_that_venvs_torch(built: tuple[Path, Path, str], tmp_path: Path) -> None:
+    """`attnforge build --python` (the env backend: a GPU runner's route) against the torch the docker build
+    installed, on this host's CUDA 13.0 toolkit: the same cell name, the kernel objects of the docker build
+    reused, only the binding compiled, `build.backend: "env"` with the exact torch build."""
+    matrix, _, _ = built
+    data = yaml.safe_load(matrix.read_text())
+    data["build"]["output_dir"] = str(tmp_path / "env-wheels")
+    env_matrix = tmp_path / "matrix.yaml"
+    env_matrix.write_text(yaml.safe_dump(data, sort_keys=False))
+    python = Path(data["build"]["cache_dir"]) / "venvs" / "cp311-torch2.14.1-cu130" / "bin" / "python"
+    proc = attnforge(env_matrix, "build", "--python", str(python), "--profile", "fwd128", "--arch", "sm_90")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (wheel,) = (tmp_path / "env-wheels").glob("*.whl")
+    assert wheel.name == next(built[1].glob("*.whl")).name
+    manifest = json.loads(wheel.with_name(wheel.name + ".manifest.json").read_text())
+    assert manifest["build"]["backend"] == "env" and manifest["build"]["torch_build"] == "2.14.1+cu130"
+    assert manifest["build"]["units_compiled"] == 1 and manifest["build"]["units_total"] == 5
+    assert manifest["inputs"]["torch_build"] == "2.14.1+cu130"

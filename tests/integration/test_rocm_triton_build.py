@@ -2,9 +2,9 @@
 
 What `nox -s build-wheels -- --cell ID` runs (the noxfile passes its arguments to `attnforge build`; without
 --target a --cell is looked up in every target). The build goes through the engine with the default
-`--backend auto` (docker answers here, and gets no cell): the cell is routed to the triton backend, which
-builds flash-attn 2.8.3's sdist with its own setup.py in a cached venv with torch 2.13.0+cpu as a stand-in
-(nothing is compiled; no ROCm torch is reachable here), then finalize, manifest and the atomic move.
+`--backend auto` (docker answers here, and gets no cell): the cell is routed to the local backend, whose
+builder runs flash-attn 2.8.3's own setup.py with the Triton knobs in a cached venv with torch 2.13.0+cpu as a
+stand-in (nothing is compiled; no ROCm torch is reachable here), then finalize, manifest and the atomic move.
 The wheel is installed with pip into a fresh venv beside torch 2.13.0+cpu and triton 3.6.0, and imported
 with FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE. The Triton kernels themselves need an AMD GPU: never run here.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from tests.integration.rocm_triton import (
     TORCH_CPU,
     TRITON,
     check_triton_backend,
+    flash_attention_env,
     flash_attn_sdist,
     fresh_venv,
     import_flash_attn,
@@ -44,6 +46,21 @@ pytestmark = [pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = Path(sys.executable).parent / "attnforge"
+
+REFERENCE = """\
+import json, math, torch
+import flash_attn.flash_attn_interface as fi
+torch.manual_seed(0)
+q, k, v = (torch.randn(2, 128, 4, 64) for _ in range(3))
+diffs = {}
+for causal in (False, True):
+    out = fi.flash_attn_gpu.fwd(q, k, v, None, None, 0.0, 1 / math.sqrt(64), causal, -1, 0 if causal else -1,
+                                0.0, False)[0]
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal).transpose(1, 2)
+    diffs[str(causal)] = (out.float() - ref).abs().max().item()
+print(json.dumps(diffs))
+"""
 
 
 @dataclass
@@ -101,15 +118,18 @@ def built(project: Path, cell: Cell) -> Build:
 
 def test_routed_to_the_triton_backend_and_finalized(project: Path, cell: Cell, built: Build) -> None:
     assert cell.wheel_name == "flash_attn-2.8.3+rocm6.4torch2.9cxx11abiTRUE.triton-py3-none-any.whl"
-    assert "backend: triton for 1 cell(s)" in built.stderr
+    assert "backend: local for 1 cell(s)" in built.stderr
     m = built.manifest
     assert m["cell_id"] == cell.id and m["wheel"] == built.wheel.name
     assert m["local_version"] == "rocm6.4torch2.9cxx11abiTRUE.triton" and m["variant"] == "rocm6.4-torch2.9"
-    assert m["build"]["backend"] == "triton" and m["build"]["units_total"] == 0
+    assert m["build"]["backend"] == "local" and m["build"]["units_total"] == 0
     assert m["inputs"]["rocm_backend"] == "triton"
     assert m["rocm"]["rocm_backend"] == "triton" and m["rocm"]["ck_kernels"] is False
     assert m["rocm"]["compiled_arches"] == [] and m["rocm"]["target_arches"] == ["gfx90a", "gfx942"]
     assert m["rocm"]["pure_python"] is True and m["toolchain"]["torch"] == "2.13.0+cpu"
+    assert m["rocm"]["build_torch"] == "2.13.0+cpu" and m["rocm"]["import_env"] == {
+        "FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE"
+    }
     assert m["platform_tag"]["tag"] == "any"
     assert m["finalize"]["torch_requirement"] == "torch==2.9.*"
     assert "auditwheel" not in m["finalize"]["checks"] and "pure-python" in m["finalize"]["checks"]
@@ -126,7 +146,9 @@ def test_routed_to_the_triton_backend_and_finalized(project: Path, cell: Cell, b
     assert "flash_attn/flash_attn_triton_amd/interface_fa.py" in names
     assert record["rocm"]["ck_kernels"] is False and record["platform_tag"] == "any"
     log = (project / "wheels" / "logs" / f"{cell.id}.log").read_text()
-    assert "(triton)" in log and "Successfully built flash_attn" in log
+    assert "(local)" in log and "Successfully built flash_attn" in log
+    assert not re.search(r"^\s*\[\d+/\d+\] ", log, re.MULTILINE)  # no ninja edge: nothing compiled
+    assert sum(1 for n in names if n.startswith("flash_attn/flash_attn_triton_amd/")) >= 10
     assert not list((project / "wheels").glob(".staging-*"))  # moved in atomically, staging removed
     verify = attnforge(project, "wheels", "verify", str(built.wheel))
     assert verify.returncode == 0, verify.stdout + verify.stderr
@@ -136,7 +158,15 @@ def test_unchanged_cell_is_skipped(project: Path, cell: Cell, built: Build) -> N
     before = built.wheel.read_bytes()
     proc = attnforge(project, "build", "--cell", cell.id, "--quiet")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "skipped" in proc.stderr and "triton backend: creating" not in proc.stderr
+    assert "skipped" in proc.stderr
+    assert built.wheel.read_bytes() == before
+
+
+def test_same_inputs_same_bytes(project: Path, cell: Cell, built: Build) -> None:
+    before = built.wheel.read_bytes()
+    proc = attnforge(project, "build", "--cell", cell.id, "--quiet", "--force")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "reusing venv" in (project / "wheels" / "logs" / f"{cell.id}.log").read_text()
     assert built.wheel.read_bytes() == before
 
 
@@ -159,7 +189,19 @@ def test_installs_beside_cpu_torch_and_imports(built: Build, tmp_path: Path) -> 
         text=True,
     )
     assert dist.stdout.strip() == "2.8.3+rocm6.4torch2.9cxx11abiTRUE.triton"
-    print(f"\ninstall {installed:.0f} s; import: {info}", file=sys.stderr)
+    without = subprocess.run([str(py), "-W", "ignore", "-c", "import flash_attn"], capture_output=True, text=True,
+                             env=flash_attention_env(), cwd=tmp_path, check=False)  # fmt: skip
+    assert (
+        without.returncode != 0 and "No module named 'flash_attn_2_cuda'" in without.stderr
+    )  # switch needed
+    ref = subprocess.run(
+        [str(py), "-W", "ignore", "-c", REFERENCE], capture_output=True, text=True, check=False, cwd=tmp_path,
+        env=flash_attention_env(FLASH_ATTENTION_TRITON_AMD_ENABLE="TRUE", FLASH_ATTENTION_TRITON_AMD_REF="1"),
+    )  # fmt: skip
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    diffs = json.loads(ref.stdout.strip().splitlines()[-1])
+    assert max(diffs.values()) < 2e-3  # the reference path returns fp16: rounding, not a wrong answer
+    print(f"\ninstall {installed:.0f} s; import: {info}; reference vs SDPA: {diffs}", file=sys.stderr)
 
 
 def test_a_ck_cell_beside_it_fails_alone(project: Path, cell: Cell, built: Build) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from attnforge.parity import cases as C
@@ -61,3 +64,19 @@ def test_profile_from_local_version_and_matrix() -> None:
 
 def test_uneven_dims_stay_in_their_bucket() -> None:
     assert C.uneven_dim(128) == 120 and C.uneven_dim(64) == 56 and C.uneven_dim(32) == 24
+
+
+def test_a_broken_profile_fails_collection_instead_of_skipping(tmp_path: Path) -> None:
+    """tests/gpu/test_flash_attn_parity.py with an unreadable manifest: pytest exits non-zero (it used to
+    collect zero cases and pass)."""
+    bad = tmp_path / "w.whl.manifest.json"
+    bad.write_text("{not json")
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         str(root / "tests" / "gpu" / "test_flash_attn_parity.py")],
+        capture_output=True, text=True, cwd=root, env={**os.environ, "ATTNFORGE_PARITY_MANIFEST": str(bad)},
+        check=False, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    assert "w.whl.manifest.json" in proc.stdout + proc.stderr

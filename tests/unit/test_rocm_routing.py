@@ -69,7 +69,11 @@ def test_each_cell_gets_its_backend(project: Project, cells: dict[str, Cell]) ->
     engine = Engine(project, local, ProgressView(quiet=True))
     assert engine.backend_for(cells["cuda"]) is local
     triton = engine.backend_for(cells["triton"])
-    assert isinstance(triton, LocalBackend) and triton is not local and triton is engine.backend_for(cells["triton"])
+    assert (
+        isinstance(triton, LocalBackend)
+        and triton is not local
+        and triton is engine.backend_for(cells["triton"])
+    )
     assert isinstance(engine.backend_for(cells["ck"]), RocmCkBackend)
     docker = Engine(project, DockerBackend(project), ProgressView(quiet=True))
     assert isinstance(docker.backend_for(cells["triton"]), LocalBackend)  # whatever --backend says

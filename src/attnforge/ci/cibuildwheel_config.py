@@ -1,4 +1,4 @@
-"""A cibuildwheel configuration per cell: what `attnforge build --backend cibuildwheel` runs.
+"""A cibuildwheel configuration per cell, exported for projects whose CI runs cibuildwheel (`attnforge ci cibuildwheel`).
 
 `cibuildwheel_config(cell)` returns the `[tool.cibuildwheel]` table as a dict; `to_toml()` writes it as
 a file for `cibuildwheel --platform linux --config-file FILE SOURCE_DIR` (`attnforge ci cibuildwheel

@@ -1,4 +1,4 @@
-"""`attnforge ci generate`: write (or --check) the GitHub Actions workflows generated from matrix.yaml."""
+"""`attnforge ci`: generate (or --check) the GitHub Actions workflows from matrix.yaml; export a cell as a cibuildwheel config."""
 
 from __future__ import annotations
 

@@ -128,7 +128,9 @@ class Engine:
 
     def job_for(self, cell: Cell, source: Source, share: int, digest: str) -> CellJob:
         group = self.cache / "cells" / cell.kernel_set_key
-        workdir = group / cell.cp
+        backend = self.backend_for(cell)
+        # an existing interpreter's build keeps its own tree: it must compile, not resume another backend's
+        workdir = group / (f"{cell.cp}-env" if backend.interpreter else cell.cp)
         par = self.parallelism(cell, share)
         spec = make_spec(
             cell,
@@ -137,8 +139,8 @@ class Engine:
             objects_dir=group / "objects",
             ccache_dir=self.cache / "ccache",
             parallelism=par,
-            pip_args=self.backend_for(cell).pip_args,
-            interpreter=self.backend_for(cell).interpreter,
+            pip_args=backend.pip_args,
+            interpreter=backend.interpreter,
         )
         return CellJob(cell, spec, workdir, self.logs / f"{cell.id}.log", par, digest, self.memory_limit_gb)
 
@@ -331,10 +333,6 @@ class Engine:
         try:
             self.view.stage(cell.id, "finalizing")
             manifest = build_manifest(cell, built, result, job, self.backend_for(cell).name, seconds)
-            if cell.toolkit.kind == "rocm":  # names the wheel's tag (py3-none-any for Triton)
-                manifest["inputs"].setdefault("rocm_backend", cell.profile_spec.rocm_backend or "ck")
-            for key, value in (result.get("manifest") or {}).items():
-                manifest.setdefault(key, value)  # a backend's own blocks (ROCm: `rocm`), never ours
             final = finalize_built(built, manifest, staging, log=lambda m: self._log_line(job, m))
             profile_class = "lean" if cell.profile_spec.disable else "full"
             if result.get("peak_rss_gb"):

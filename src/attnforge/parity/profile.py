@@ -119,7 +119,11 @@ def resolve(
 ) -> WheelProfile:
     """Manifest first, then the local version (with matrix.yaml's profiles), else full."""
     if manifest is not None and manifest.is_file():
-        return from_manifest(json.loads(manifest.read_text(encoding="utf-8")))
+        try:
+            data = json.loads(manifest.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise ValueError(f"{manifest}: unreadable manifest ({exc})") from None
+        return from_manifest(data)
     if version:
         return from_local_version(version, matrix_profiles(matrix) if matrix else None)
     return WheelProfile()

@@ -177,7 +177,7 @@ def build_manifest(cell: Cell, wheel: Path, result: dict[str, Any], job: CellJob
                    seconds: float) -> dict[str, Any]:  # fmt: skip
     """Inputs, toolchain and build facts; finalize adds the final name, digest and platform tag."""
     spec = job.spec
-    return {
+    manifest: dict[str, Any] = {
         "schema": SCHEMA,
         "cell_id": cell.id,
         "variant": cell.variant,
@@ -211,6 +211,14 @@ def build_manifest(cell: Cell, wheel: Path, result: dict[str, Any], job: CellJob
         "platform_tag": None,
         "parity": None,
     }
+    if cell.toolkit.kind == "rocm":  # the ROCm backend names the wheel's tag (py3-none-any for Triton)
+        from ..rocm.backends import plan_rocm_build
+
+        plan = plan_rocm_build(cell)
+        manifest["inputs"]["rocm_backend"] = plan.backend
+        manifest["rocm"] = {**plan.manifest_fields(), "build_torch": result.get("torch_build"),
+                            "import_env": dict(plan.import_env)}  # fmt: skip
+    return manifest
 
 
 # ---------------------------------------------------------------------------------------------- parity

@@ -23,7 +23,7 @@ TORCH_PROJECT = "torch"
 # PEP 440 normalizes local segments to lower case, upstream spells TRUE/FALSE upper case).
 LOCAL_RE = re.compile(
     r"^(?P<accel>cu\d{2,4}|rocm\d+\.\d+)torch(?P<torch>\d+\.\d+)cxx11abi(?P<abi>true|false)"
-    r"(?:\.(?P<tag>[a-z][a-z0-9]*))?$",
+    r"(?:\.pt(?P<build>\d[a-z0-9]*))?(?:\.(?P<tag>[a-z][a-z0-9]*))?$",
     re.IGNORECASE,
 )
 
@@ -36,15 +36,18 @@ class LocalParts:
     torch_family: str  # "2.14"
     cxx11_abi: bool
     profile_tag: str | None
+    torch_build: str | None = None  # the slug of a custom torch build (`.pt2100a05a8cd0ef`)
 
     @property
     def variant(self) -> str:
         base = f"{self.accel}-torch{self.torch_family}"
+        if self.torch_build:
+            base += f"-pt{self.torch_build}"
         return base if self.cxx11_abi else f"{base}-cxx11abiFALSE"
 
 
 def parse_local(local: str) -> LocalParts | None:
-    """Parse `cu130torch2.14cxx11abiTRUE[.tag]`; None when it is not one of ours."""
+    """Parse `cu130torch2.14cxx11abiTRUE[.pt<build>][.tag]`; None when it is not one of ours."""
     m = LOCAL_RE.match(local)
     if not m:
         return None
@@ -53,6 +56,7 @@ def parse_local(local: str) -> LocalParts | None:
         torch_family=m["torch"],
         cxx11_abi=m["abi"].lower() == "true",
         profile_tag=m["tag"].lower() if m["tag"] else None,
+        torch_build=m["build"].lower() if m["build"] else None,
     )
 
 
@@ -61,13 +65,16 @@ def torch_family(version: str) -> str:
     return ".".join(version.split("+")[0].split(".")[:2])
 
 
-def torch_requirement(torch_version: str) -> str:
+def torch_requirement(torch_version: str, custom_build: str | None = None) -> str:
     """The pin a wheel carries: the exact release family it was compiled against (`torch==2.14.*`).
 
     The family, not the patch: libtorch keeps its C++ ABI within a minor release (upstream flash-attn
     names wheels by torch X.Y for that reason), and pinning the patch would make every torch patch
-    release a rebuild. A different minor release is refused by pip's resolver.
+    release a rebuild. A different minor release is refused by pip's resolver. A custom torch build (a
+    nightly, NGC's `2.10.0a0+<sha>`) promises no ABI beyond itself: the pin is that exact build.
     """
+    if custom_build:
+        return f"{TORCH_PROJECT}=={custom_build}"
     return f"{TORCH_PROJECT}=={torch_family(torch_version)}.*"
 
 
@@ -131,6 +138,7 @@ def cell_from_manifest(manifest: dict[str, Any], built_local: str | None = None)
         profile=profile,
         platform=str(inputs.get("platform") or "x86_64"),
         torch_variant=inputs.get("torch_variant"),
+        torch_build=inputs.get("torch_build"),
         profile_spec=spec,
     )
 
@@ -169,7 +177,7 @@ def expected_names(manifest: dict[str, Any], built_local: str | None = None) -> 
         local_version=cell.local_version,
         variant=cell.variant,
         python_tag=cell.cp,
-        torch_requirement=torch_requirement(cell.torch),
+        torch_requirement=torch_requirement(cell.torch, cell.torch_build if cell.custom_torch else None),
         platform=cell.platform,
         pure_python=cell.pure_python,
     )
