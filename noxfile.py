@@ -88,7 +88,8 @@ def gpu_validate(session: nox.Session) -> None:
     hd64128`), `attnforge parity run` on the wheel (recorded in its manifest), `attnforge publish --to gpu`
     (a static index that takes only wheels whose parity passed), then `attnforge serve` that index while
     `attnforge runner check --smoke-index` installs the wheel from it into a fresh venv and runs it. Every
-    step runs; the session fails when one did. Writes reports/gpu/env_build.json ($ATTNFORGE_GPU_REPORT).
+    step runs; the session fails when one did. Writes reports/gpu/env_build.json ($ATTNFORGE_GPU_REPORT);
+    $ATTNFORGE_PARITY_ARGS adds arguments to the parity run (e.g. `--suites flash,hf`).
     """
     import json
     import shutil
@@ -112,7 +113,12 @@ def gpu_validate(session: nox.Session) -> None:
     fresh = [p for p in Path("wheels").glob("*.whl") if before.get(p) != p.stat().st_mtime]
     wheel = max(fresh or Path("wheels").glob("*.whl"), key=lambda p: p.stat().st_mtime)
     parity_dir = out.parent / "env-parity"
-    codes = {"parity": step("attnforge", "parity", "run", "--wheel", str(wheel), "--out", str(parity_dir))}
+    parity_args = os.environ.get("ATTNFORGE_PARITY_ARGS", "").split()  # e.g. "--suites flash,hf"
+    codes = {
+        "parity": step(
+            "attnforge", "parity", "run", "--wheel", str(wheel), "--out", str(parity_dir), *parity_args
+        )
+    }
     codes["publish"] = step("attnforge", "publish", "--to", "gpu", str(wheel))
     manifest = json.loads(Path(f"{wheel}.manifest.json").read_text())
     serve = subprocess.Popen(["attnforge", "serve", "wheels/gpu-index", "--port", "0"], stdout=subprocess.PIPE,

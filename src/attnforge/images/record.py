@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..builder.files import atomic_write_text
 from ..errors import ConfigurationError
 
 RECORD_NAME = "images.json"
@@ -68,12 +67,8 @@ class ImageSet:
 
 
 def write_record(path: Path, images: ImageSet) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".images-", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(images.to_json(), fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    os.replace(tmp, path)
+    """Write the record atomically (a reader sees the old or the new one)."""
+    atomic_write_text(path, json.dumps(images.to_json(), indent=2, sort_keys=True) + "\n")
 
 
 def read_record(path: Path) -> ImageSet:

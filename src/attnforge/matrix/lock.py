@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -12,6 +11,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+from ..builder.files import atomic_write_text
 from ..errors import ConfigurationError, EnvironmentProblem
 from .compat import CompatData
 from .schema import KernelSpec, Matrix
@@ -120,9 +120,5 @@ def write_lock(matrix: Matrix, path: str | Path) -> dict[str, Any]:
                 f"serves {sha[:12]}…: the upstream sdist changed"
             )
         lock.setdefault(kernel, {})[spec.version] = {"url": url, "sha256": sha}
-    p = Path(path)
-    with tempfile.NamedTemporaryFile("w", dir=p.parent or ".", delete=False, suffix=".tmp") as tmp:
-        json.dump(lock, tmp, indent=2, sort_keys=True)
-        tmp.write("\n")
-    os.replace(tmp.name, p)
+    atomic_write_text(Path(path), json.dumps(lock, indent=2, sort_keys=True) + "\n")
     return lock

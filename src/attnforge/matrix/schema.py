@@ -85,7 +85,9 @@ class ProfileSpec(Strict):
                 f"profile tag {v!r} must be lowercase letters and digits (a PEP 440 local segment)"
             )
         if v is not None and re.match(r"pt\d", v):
-            raise ValueError(f"profile tag {v!r}: 'pt' + digit starts a custom torch build's segment; choose another")
+            raise ValueError(
+                f"profile tag {v!r}: 'pt' + digit starts a custom torch build's segment; choose another"
+            )
         return v
 
     @field_validator("head_dims")

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Run attnforge's GPU steps on a machine lent for a short hold (the device tool: each call gets a fresh copy
+# of the repository; the machine is given back when no call is running, so long work runs in the background
+# and is polled). What the machine lacks travels in ignored folders of the repository: `.whl/` (attnforge's
+# runtime dependencies as wheels for its Python) and `.carry/` (kernel sources, prebuilt objects).
+#
+#   bash scripts/gpu-hold.sh start STEP...   copy the tree to $WORK, install .whl/ into $WORK/site, then run
+#                                           the steps in order in the background (setsid); returns at once
+#   bash scripts/gpu-hold.sh wait SECONDS    wait until the steps end or SECONDS pass; print where they are
+#   bash scripts/gpu-hold.sh collect         results into $OUT: reports/ and benchmarks/results/ files, logs
+#
+# Steps: env-build (nox -s gpu-validate: build against this Python's torch, parity, gated publish, install
+# from the served index; $HOLD_BUILD_ARGS, $ATTNFORGE_PARITY_ARGS), and the steps named in
+# reports/gpu/README.md for each hold. Every step's output: $WORK/logs/<step>.log, exit code <step>.rc.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+WORK="${WORK:-/tmp/af}"
+PY="${PYTHON:-python3}"
+STATE="$WORK/hold"
+
+setup() {
+  rm -rf "$WORK" && mkdir -p "$WORK" && cp -a "$ROOT/." "$WORK/"
+  mkdir -p "$STATE" "$WORK/logs"
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" "$WORK"/.whl/*.whl \
+    > "$WORK/logs/pip.log" 2>&1 || return 5
+  printf '#!/bin/sh\nexec %s -m attnforge.cli "$@"\n' "$(command -v "$PY")" > "$WORK/site/bin/attnforge"
+  chmod +x "$WORK/site/bin/attnforge"
+  # the machine's torch ships without bytecode: every fresh process would compile torch's sources
+  "$PY" -m compileall -q -j 16 "$("$PY" -c 'import site; print(site.getsitepackages()[0])')" > /dev/null 2>&1
+  mkdir -p "$WORK/.attnforge-cache/sources"
+  cp "$WORK"/.carry/*.tar.gz "$WORK/.attnforge-cache/sources/" 2>/dev/null || true
+}
+
+environment() {
+  export PYTHONPATH="$WORK/site:$WORK/src" PATH="$WORK/site/bin:$PATH" PYTHONUNBUFFERED=1 CI=1
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+}
+
+step_env_build() {
+  # shellcheck disable=SC2086
+  nox -f noxfile.py -s gpu-validate -- ${HOLD_BUILD_ARGS:---profile hd64128 --arch sm_90}
+}
+
+step_custom() {  # HOLD_CUSTOM_<N>: any command line, run in $WORK (steps named custom1, custom2, ...)
+  local var="HOLD_CUSTOM_${1#custom}"
+  bash -c "${!var}"
+}
+
+run_steps() {
+  cd "$WORK" || exit 5
+  environment
+  for name in "$@"; do
+    date -u +%FT%TZ > "$STATE/$name.start"
+    echo "$name" > "$STATE/current"
+    case "$name" in
+      env-build) step_env_build ;;
+      custom*) step_custom "$name" ;;
+      *) echo "gpu-hold: unknown step $name" >&2; false ;;
+    esac > "$WORK/logs/$name.log" 2>&1
+    echo "$?" > "$STATE/$name.rc"
+  done
+  date -u +%FT%TZ > "$STATE/done"
+}
+
+case "${1:-}" in
+  start)
+    shift
+    [ "$#" -gt 0 ] || { echo "gpu-hold: name the steps to run" >&2; exit 2; }
+    setup || { echo "gpu-hold: setup failed (see $WORK/logs/pip.log)" >&2; exit 5; }
+    env | grep -E '^HOLD_' > "$STATE/env" || true
+    setsid bash -c "$(declare -f environment step_env_build step_custom run_steps); WORK='$WORK' STATE='$STATE' \
+      run_steps $*" > "$WORK/logs/hold.log" 2>&1 < /dev/null &
+    echo "gpu-hold: started $* in $WORK (pid $!)"
+    ;;
+  wait)
+    end=$(( $(date +%s) + ${2:-540} ))
+    while [ ! -f "$STATE/done" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 10; done
+    for rc in "$STATE"/*.rc; do [ -f "$rc" ] && echo "$(basename "$rc" .rc): exit $(cat "$rc")"; done
+    if [ -f "$STATE/done" ]; then echo "gpu-hold: done"; else
+      cur="$(cat "$STATE/current" 2>/dev/null)"; echo "gpu-hold: running $cur"
+      tail -n 15 "$WORK/logs/$cur.log" 2>/dev/null
+    fi
+    ;;
+  collect)
+    : "${OUT:?collect needs OUT}"
+    cd "$WORK" || exit 5
+    # one file (the device tool brings back at most 8): logs, reports, benchmark results, wheel manifests
+    tar -czf "$OUT/hold.tar.gz" logs hold reports/gpu benchmarks/results wheels/*.manifest.json wheels/logs \
+      2>/dev/null
+    ls -la "$OUT"
+    ;;
+  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
