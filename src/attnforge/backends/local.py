@@ -20,13 +20,16 @@ BUILDER = ["-m", "attnforge.builder"]
 
 
 def find_nvcc() -> Path | None:
-    """nvcc from CUDA_HOME, then PATH, then /usr/local/cuda."""
+    """nvcc of a whole toolkit (`bin/nvcc` beside `include/cuda_runtime.h`): $CUDA_HOME's, /usr/local/cuda's,
+    then the one on PATH (followed through symlinks). A wrapper script on PATH (`exec .../nvcc "$@"`) is not
+    a toolkit root: its folder would make CUDA_HOME point where no CUDA header is."""
+    on_path = shutil.which("nvcc")
     for candidate in (
         Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc" if os.environ.get("CUDA_HOME") else None,
-        Path(shutil.which("nvcc") or "/nonexistent"),
         Path("/usr/local/cuda/bin/nvcc"),
+        Path(on_path).resolve() if on_path else None,
     ):
-        if candidate and candidate.exists():
+        if candidate and candidate.is_file() and (candidate.parent.parent / "include" / "cuda_runtime.h").is_file():
             return candidate
     return None
 

@@ -58,12 +58,26 @@ def usable_prebuilt(spec: BuildSpec, ident: dict[str, Any], rep: Reporter) -> Pa
 
 def save_kernel_objects(spec: BuildSpec, tree: Path, compiled: list[str], ident: dict[str, Any],
                         py_tag: str, rep: Reporter) -> bool:  # fmt: skip
-    """Copy the compiled kernel (.cu) objects to kernel_objects_dir, atomically; True when saved."""
+    """Copy the compiled kernel (.cu) objects to kernel_objects_dir, atomically; True when saved. Objects
+    already there for the same identity stay; objects built for something else (an older toolchain or
+    builder) are replaced, or no later cell could ever reuse this kernel set's objects."""
     if not spec.kernel_objects_dir:
         return False
     dest = Path(spec.kernel_objects_dir)
     if (dest / "manifest.json").is_file():
-        return False
+        try:
+            same = json.loads((dest / "manifest.json").read_text(encoding="utf-8")).get("identity") == ident
+        except ValueError:
+            same = False
+        if same:
+            return False
+        stale = dest.with_name(f"{dest.name}.stale{os.getpid()}")
+        try:
+            os.rename(dest, stale)
+        except OSError:
+            return False  # another cell is replacing them
+        shutil.rmtree(stale, ignore_errors=True)
+        rep.line(f"attnforge: replacing kernel objects in {dest} that were built for something else")
     kernels = [s for s in compiled if s.endswith(".cu")]
     temp = build_temp(tree, py_tag)
     if not kernels:

@@ -3,6 +3,8 @@ existing interpreter's torch (`--python`)."""
 
 from __future__ import annotations
 
+import os
+
 import click
 from rich.console import Console
 from rich.markup import escape
@@ -44,6 +46,7 @@ def environment_build(project: Project, python: str, target: str | None, ids: li
     """The env backend for `python` and the cells to build against its torch: the kernel, profile and
     arches of --target/--cell, or of --profile/--arch (default: the matrix's default profile, this
     machine's GPUs)."""
+    python = os.path.abspath(python)  # not resolved: a venv's python is a link to its base interpreter
     env = read_environment(python)
     if target is not None or ids:
         if profile or arches:

@@ -59,6 +59,13 @@ def up_to_date(output_dir: Path, cell: Cell, digest: str) -> Path | None:
     return None
 
 
+def compiled_kernels(result: dict[str, Any]) -> bool:
+    """Whether the build's peak memory is a compiler's: kernel units compiled, none prebuilt or from ccache
+    (a build of cache hits or of the binding alone would teach the memory table a job size far too small)."""
+    ccache_hits = (result.get("ccache") or {}).get("hits", 0)
+    return bool(result.get("units_compiled")) and not result.get("units_prebuilt") and not ccache_hits
+
+
 class Engine:
     """Builds a list of cells with one backend."""
 
@@ -335,7 +342,7 @@ class Engine:
             manifest = build_manifest(cell, built, result, job, self.backend_for(cell).name, seconds)
             final = finalize_built(built, manifest, staging, log=lambda m: self._log_line(job, m))
             profile_class = "lean" if cell.profile_spec.disable else "full"
-            if result.get("peak_rss_gb"):
+            if result.get("peak_rss_gb") and compiled_kernels(result):
                 self.memory_table.record(
                     str(cell.toolkit), profile_class, float(result["peak_rss_gb"]), len(cell.arches), cell.id
                 )
