@@ -1,10 +1,10 @@
 """The runner's host-compiler check: does an exception thrown through torch from code that this machine's
 C++ compiler (``$CXX``, else ``c++``) built reach Python, or crash the process?
 
-It runs the flash-attn builder's own probe (``build.incontainer.choose_host_compiler``): a compiler that fails
-it makes excluded head dims of a wheel built here SIGSEGV and AOTInductor packages crash on load (seen on the
-H100 machine, whose CC/CXX named a gcc wrapper in /opt/gcc). attnforge's builder then switches to a working
-system g++ by itself; the check says so, and what to export for other tools.
+It runs the builder's own probe (``builder.compiler.choose_host_compiler``): a compiler that fails it makes
+excluded head dims of a wheel built here SIGSEGV and AOTInductor packages crash on load (a gcc wrapper named
+by CC/CXX that links its own crt files does this). attnforge's builder then switches to a working system g++
+by itself; the check says so, and what to export for other tools.
 """
 
 from __future__ import annotations

@@ -78,11 +78,6 @@ def torch_requirement(torch_version: str, custom_build: str | None = None) -> st
     return f"{TORCH_PROJECT}=={torch_family(torch_version)}.*"
 
 
-def cp_tag(python: str) -> str:
-    """`3.11` -> `cp311`."""
-    return "cp" + python.replace(".", "")
-
-
 def dist_name(kernel: str) -> str:
     """The wheel file's distribution part: `flash-attn` -> `flash_attn`."""
     return canonicalize_name(kernel).replace("-", "_")
