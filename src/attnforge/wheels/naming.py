@@ -19,11 +19,12 @@ from ..matrix.schema import ProfileSpec
 PROJECT = "flash-attn"
 TORCH_PROJECT = "torch"
 
-# cu130 / rocm6.4, torch X.Y, cxx11abiTRUE|FALSE, optional .profiletag (compared case-insensitively:
-# PEP 440 normalizes local segments to lower case, upstream spells TRUE/FALSE upper case).
+# cu130 / rocm6.4, torch X.Y, cxx11abiTRUE|FALSE, optional .pt<build> (a custom torch build: its slug starts
+# with the release's digits), optional .profiletag (compared case-insensitively: PEP 440 normalizes local
+# segments to lower case, upstream spells TRUE/FALSE upper case).
 LOCAL_RE = re.compile(
     r"^(?P<accel>cu\d{2,4}|rocm\d+\.\d+)torch(?P<torch>\d+\.\d+)cxx11abi(?P<abi>true|false)"
-    r"(?:\.(?P<tag>[a-z][a-z0-9]*))?$",
+    r"(?:\.pt(?P<build>\d[a-z0-9]*))?(?:\.(?P<tag>[a-z][a-z0-9]*))?$",
     re.IGNORECASE,
 )
 
@@ -36,15 +37,18 @@ class LocalParts:
     torch_family: str  # "2.14"
     cxx11_abi: bool
     profile_tag: str | None
+    torch_build: str | None = None  # the slug of a custom torch build (`.pt<slug>`), as `Cell.custom_torch`
 
     @property
     def variant(self) -> str:
         base = f"{self.accel}-torch{self.torch_family}"
+        if self.torch_build:
+            base += f"-pt{self.torch_build}"
         return base if self.cxx11_abi else f"{base}-cxx11abiFALSE"
 
 
 def parse_local(local: str) -> LocalParts | None:
-    """Parse `cu130torch2.14cxx11abiTRUE[.tag]`; None when it is not one of ours."""
+    """Parse `cu130torch2.14cxx11abiTRUE[.pt<build>][.tag]`; None when it is not one of ours."""
     m = LOCAL_RE.match(local)
     if not m:
         return None
@@ -53,6 +57,7 @@ def parse_local(local: str) -> LocalParts | None:
         torch_family=m["torch"],
         cxx11_abi=m["abi"].lower() == "true",
         profile_tag=m["tag"].lower() if m["tag"] else None,
+        torch_build=m["build"].lower() if m["build"] else None,
     )
 
 
@@ -69,6 +74,14 @@ def torch_requirement(torch_version: str) -> str:
     release a rebuild. A different minor release is refused by pip's resolver.
     """
     return f"{TORCH_PROJECT}=={torch_family(torch_version)}.*"
+
+
+def torch_pin(cell: Cell) -> str:
+    """The pin of a cell's wheel: the release family (`torch_requirement`), or for a custom torch build (a
+    nightly, NGC's `2.10.0a0+<sha>`) exactly that build: its C++ ABI is promised by nothing else."""
+    if cell.custom_torch and cell.torch_build:
+        return f"{TORCH_PROJECT}=={cell.torch_build}"
+    return torch_requirement(cell.torch)
 
 
 def cp_tag(python: str) -> str:
@@ -131,6 +144,7 @@ def cell_from_manifest(manifest: dict[str, Any], built_local: str | None = None)
         profile=profile,
         platform=str(inputs.get("platform") or "x86_64"),
         torch_variant=inputs.get("torch_variant"),
+        torch_build=inputs.get("torch_build"),
         profile_spec=spec,
     )
 
@@ -144,7 +158,7 @@ class WheelNames:
     local_version: str
     variant: str
     python_tag: str  # cp311
-    torch_requirement: str  # torch==2.14.*
+    torch_requirement: str  # torch==2.14.* (a custom torch build: torch==<that build>)
     platform: str  # x86_64
     pure_python: bool = False  # a ROCm Triton wheel: py3-none-any, nothing compiled
 
@@ -169,7 +183,7 @@ def expected_names(manifest: dict[str, Any], built_local: str | None = None) -> 
         local_version=cell.local_version,
         variant=cell.variant,
         python_tag=cell.cp,
-        torch_requirement=torch_requirement(cell.torch),
+        torch_requirement=torch_pin(cell),
         platform=cell.platform,
         pure_python=cell.pure_python,
     )
