@@ -18,7 +18,13 @@ from attnforge.backends.pip_config import PipOptions
 from attnforge.errors import ConfigurationError, PublishError
 from attnforge.images import push as push_mod
 from attnforge.images.bases import BaseRecord, load_bases, write_bases
+from attnforge.images.credentials import resolve_credentials
+from attnforge.images.docker import Docker, pushed_digest, redact
+from attnforge.images.localindex import LocalIndexServer, Sources, project_of
+from attnforge.images.naming import ImageSpec, aliases, is_alias, parse_tag, resolve_tags
 from attnforge.images.pipplan import plan_pip
+from attnforge.images.record import BuiltImage, ImageSet
+from attnforge.images.registry import Manifest, is_loopback
 from attnforge.images.requests import (
     ImageRequest,
     flex_wheels_for,
@@ -26,12 +32,6 @@ from attnforge.images.requests import (
     runtime_request,
     torch_requirement,
 )
-from attnforge.images.credentials import resolve_credentials
-from attnforge.images.docker import Docker, pushed_digest, redact
-from attnforge.images.localindex import LocalIndexServer, Sources, project_of
-from attnforge.images.naming import ImageSpec, aliases, is_alias, parse_tag, resolve_tags
-from attnforge.images.record import BuiltImage, ImageSet
-from attnforge.images.registry import Manifest, is_loopback
 from attnforge.install.pull import Candidate, Host, arch_fit, evaluate
 
 FLOORS = {12: "525.60.13", 13: "580.65.06"}
