@@ -104,6 +104,10 @@ def test_release_is_the_newest_fit_and_a_miss_says_why(project: Project) -> None
         policy="replace",
     )
     assert isinstance(skipped, Skipped) and "no NGC release pairs torch 2.14 with CUDA 13.0" in skipped.why
+    fa3 = ngc_request(
+        template(project, kernel="flash-attn-3"), NGC_ROWS, image_template="{release}", policy="keep"
+    )
+    assert isinstance(fa3, Skipped) and "flash-attn (FA2) only" in fa3.why
 
 
 def test_a_head_dim_profile_gets_an_image_now(project: Project) -> None:

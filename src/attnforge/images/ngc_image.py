@@ -79,6 +79,8 @@ def ngc_request(
 ) -> ImageRequest | Skipped:
     """The NGC image of a planned cell: the newest release whose torch family, CUDA and ABI fit (or
     `release`). Torch, Python and the wheel's name are provisional until `apply_ngc_facts`."""
+    if template.kernel != "flash-attn":
+        return Skipped(template.id, f"NGC images carry flash-attn (FA2) only, not {template.kernel}")
     row, why = select_release(
         rows,
         torch=template.torch,
