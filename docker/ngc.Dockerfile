@@ -1,57 +1,58 @@
-# attnforge NGC-based image: flash-attn compiled against the NGC PyTorch container's own torch
-# (`2.x.0a0+<sha>`, a custom build: a PyPI-torch wheel would not load against it), on that same image.
-#   DOCKER_BUILDKIT=1 /usr/bin/docker build -f docker/ngc.Dockerfile --network host \
-#     --build-arg NGC_IMAGE=nvcr.io/nvidia/pytorch:25.06-py3 --target replace \
-#     --build-arg FLASH_ATTN_CUDA_ARCHS="80;90" --build-arg FLASH_ATTN_LOCAL_VERSION=cu129torch2.8cxx11abiTRUE.ngc2506 \
-#     -t attnforge/flash-attn:TAG CONTEXT            # CONTEXT holds src/ (an unpacked flash-attn sdist)
+# attnforge NGC-based image: flash-attn compiled by attnforge's builder against the NGC PyTorch container's own
+# torch (`2.x.0a0+<sha>`, a custom build: a PyPI-torch wheel would not load against it), on that same image.
+# `attnforge images build --kind ngc` drives it in two builds (docs/images.md):
+#  1. target `wheel`, with `--network none --output type=local,dest=DIR`: context attnforge/ = builder/ (the
+#     stdlib-only package src/attnforge/builder), spec.json (use_interpreter: the base's python and torch as
+#     they are) and source/<archive>; DIR receives the raw wheel, result.json and build.log. The host then
+#     writes the manifest (build.backend "env") and finalizes the wheel (wheels/finalize.py).
+#  2. target `replace` (or `keep`), context: wheels/<the finalized wheel>, manifest.json, smoke.py.
+#   DOCKER_BUILDKIT=1 /usr/bin/docker build -f docker/ngc.Dockerfile --network none --target wheel \
+#     --build-arg NGC_IMAGE=nvcr.io/nvidia/pytorch:25.06-py3 --output type=local,dest=out CONTEXT1
+#   DOCKER_BUILDKIT=1 /usr/bin/docker build -f docker/ngc.Dockerfile --network none --target replace \
+#     --build-arg NGC_IMAGE=nvcr.io/nvidia/pytorch:25.06-py3 -t attnforge/flash-attn:TAG CONTEXT2
 # Here nvcr.io is unreachable: `attnforge images standin` makes attnforge-standin/ngc-pytorch:<release>
 # (docker/ngc-standin/) with the same layout, and NGC_IMAGE names it. No "# syntax=" line (see runtime.Dockerfile).
 #
 # NGC ships a pip constraint file (/etc/pip/constraint.txt, PIP_CONSTRAINT) that pins its torch and its own
-# flash-attn. Both stages handle it deliberately:
-#  - build: compile with every NGC pin except flash-attn's (a constraint pinning NGC's flash-attn version
-#    makes resolving our source impossible); --no-build-isolation --no-deps so pip never touches NGC's torch.
-#  - target `replace` (default): uninstall NGC's flash-attn, install ours offline with --no-deps, and
-#    re-pin flash-attn in the constraint file to *our* version (the original is kept as constraint.txt.ngc),
-#    so a later `pip install` cannot silently swap it back.
-#  - target `keep`: leave NGC's flash-attn and constraint file alone (the smoke test then
-#    tests NGC's build); ours is not installed.
+# flash-attn. Both steps handle it deliberately:
+#  - build: the builder's `pip wheel --no-build-isolation --no-deps` sees every NGC pin except flash-attn's
+#    (a constraint pinning NGC's flash-attn version makes resolving our source impossible); nothing is
+#    installed into the base's python, and the stage has no network.
+#  - target `replace`: uninstall NGC's flash-attn, install ours offline with --no-deps, and re-pin flash-attn
+#    in the constraint file to *our* version (the original is kept as constraint.txt.ngc), so a later
+#    `pip install` cannot silently swap it back; the build fails if torch changed.
+#  - target `keep`: leave NGC's flash-attn and constraint file alone (the smoke test then tests NGC's build).
 # The label io.attnforge.ngc.flash-attn-policy and docs/images.md state which one an image took.
 
 ARG NGC_IMAGE=nvcr.io/nvidia/pytorch:25.06-py3
 
 FROM ${NGC_IMAGE} AS build
-ARG FLASH_ATTN_CUDA_ARCHS=80;90
-ARG FLASH_ATTN_LOCAL_VERSION=
-ARG MAX_JOBS=2
-ARG NVCC_THREADS=1
-ARG NVCC_APPEND_FLAGS=
-RUN --mount=type=bind,source=src,target=/tmp/attnforge-src \
+# The builder writes its tree under /tmp/attnforge-build (removed in this step: no object files in a layer)
+# and the wheel, result.json and build.log to /opt/attnforge-out (spec.json's paths).
+RUN --mount=type=bind,source=attnforge,target=/opt/attnforge \
     set -eu; \
-    cp -a /tmp/attnforge-src /tmp/flash-attn; cd /tmp/flash-attn; \
-    orig="${PIP_CONSTRAINT:-/etc/pip/constraint.txt}"; touch /tmp/constraint.txt; \
-    if [ -f "$orig" ]; then grep -viE '^flash[-_]attn([=<>!~ ;]|$)' "$orig" > /tmp/constraint.txt || true; fi; \
-    python -c "import torch; print('building against torch', torch.__version__, 'CUDA', torch.version.cuda)"; \
-    PIP_CONSTRAINT=/tmp/constraint.txt FLASH_ATTENTION_FORCE_BUILD=TRUE \
-    FLASH_ATTN_CUDA_ARCHS="${FLASH_ATTN_CUDA_ARCHS}" FLASH_ATTN_LOCAL_VERSION="${FLASH_ATTN_LOCAL_VERSION}" \
-    MAX_JOBS="${MAX_JOBS}" NVCC_THREADS="${NVCC_THREADS}" NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS}" \
-        python -m pip wheel --no-build-isolation --no-deps --no-cache-dir --disable-pip-version-check \
-            -w /wheelhouse . ; \
-    ls -l /wheelhouse; rm -rf /tmp/flash-attn
+    orig="${PIP_CONSTRAINT:-/etc/pip/constraint.txt}"; : > /tmp/attnforge-constraint.txt; \
+    if [ -f "$orig" ]; then grep -viE '^flash[-_]attn([=<>!~ ;]|$)' "$orig" > /tmp/attnforge-constraint.txt || true; fi; \
+    cd /opt/attnforge; \
+    PIP_CONSTRAINT=/tmp/attnforge-constraint.txt PYTHONDONTWRITEBYTECODE=1 python -m builder --spec spec.json; \
+    rm -rf /tmp/attnforge-build /tmp/attnforge-constraint.txt; ls -l /opt/attnforge-out
 
-# Target `replace` (default, last stage): NGC's flash-attn out, ours in, the constraint file re-pinned.
-# Target `keep`: NGC's image and flash-attn as they are (BuildKit then skips the build stage entirely).
+FROM scratch AS wheel
+COPY --from=build /opt/attnforge-out/ /
+
+# Target `keep`: NGC's image and flash-attn as they are.
 FROM ${NGC_IMAGE} AS keep
 RUN echo "keeping NGC's flash-attn $(python -m pip show flash-attn 2>/dev/null | sed -n 's/^Version: //p')"
 COPY manifest.json smoke.py /opt/attnforge/
 
+# Target `replace`: NGC's flash-attn out, ours (finalized, from the context's wheels/) in, the constraint
+# file re-pinned. The wheel comes through a bind mount: no copy of it, and no source, in a layer.
 FROM ${NGC_IMAGE} AS replace
-# The wheel comes from the build stage through a bind mount: no copy of it, and no source, in a layer.
-RUN --mount=type=bind,from=build,source=/wheelhouse,target=/tmp/attnforge-wheelhouse \
+RUN --mount=type=bind,source=wheels,target=/tmp/attnforge-wheels \
     set -eu; \
     constraint="${PIP_CONSTRAINT:-/etc/pip/constraint.txt}"; \
     torch_before="$(python -c 'import torch; print(torch.__version__)')"; \
-    wheel="$(ls /tmp/attnforge-wheelhouse/flash_attn-*.whl)"; \
+    wheel="$(ls /tmp/attnforge-wheels/flash_attn-*.whl)"; \
     ours="$(basename "$wheel" | cut -d- -f2)"; \
     bundled="$(python -m pip show flash-attn 2>/dev/null | sed -n 's/^Version: //p')"; \
     echo "NGC's flash-attn: ${bundled:-none}; ours: $ours"; \

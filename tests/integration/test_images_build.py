@@ -1,10 +1,12 @@
 """Real images end to end, kept small with the torch 2.13.0+cpu wheel (190 MB, /opt/wheels) instead of
-the 5 GB CUDA torch: the NGC stand-in base (attnforge-standin/ngc-pytorch, NOT NGC), a real small wheel
-(tests/integration/data/mini_flash_attn, a torch C++ extension named flash_attn / flash_attn_2_cuda,
-compiled inside the stand-in against its torch), two runtime images labelled as two CUDA variants and one
-NGC-style image that compiles flash-attn on the stand-in; each smoke-tested, checked for leaked secrets
-(`docker history --no-trunc`, `docker inspect`, the bytes of `docker save`), pushed with auth to a real
-registry, removed locally, chosen and pulled back by `attnforge pull` and smoke-tested again.
+the 5 GB CUDA torch: the NGC stand-in base (attnforge-standin/ngc-pytorch, NOT NGC: its CPU torch relabelled
+as a custom build, `2.13.0a0+standin`), a real small wheel (tests/integration/data/mini_flash_attn, a torch
+C++ extension named flash_attn / flash_attn_2_cuda, compiled inside the stand-in against its torch), two
+runtime images labelled as two CUDA variants and one NGC-style image whose flash-attn attnforge's builder
+compiles on the stand-in against its own torch (the stand-in's fake flash-attn source shape: the mini
+fixture), finalized on the host; each smoke-tested, checked for leaked secrets (`docker history --no-trunc`,
+`docker inspect`, the bytes of `docker save`), pushed with auth to a real registry, removed locally, chosen
+and pulled back by `attnforge pull` and smoke-tested again. Real NGC images (nvcr.io) only at real sites.
 
 torch and its dependencies come from an authenticated local index (basic auth, credentials only in a netrc
 given as a BuildKit secret); the host CA bundle goes in as a secret too."""
@@ -16,14 +18,15 @@ import json
 import os
 import secrets
 import subprocess
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from attnforge.images.build import PipPlan
 from attnforge.images.localindex import LocalIndexServer, Sources
 from attnforge.images.localregistry import LocalRegistry
+from attnforge.images.pipplan import PipPlan
 from attnforge.images.record import ImageSet, read_record
 from attnforge.images.standin import ensure_standin
 
@@ -35,7 +38,8 @@ DOCKER = "/usr/bin/docker"
 TORCH_CPU = Path("/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
 MIRRORS = [Path("/opt/pypi/simple"), Path("/opt/pypi-more/simple")]
 CA = Path("/etc/ssl/certs/ca-certificates.crt")
-RELEASE = "26.09"  # the stand-in's release name (a test row below, not a real NGC release)
+RELEASE = "99.09"  # the stand-in's release name (a test row below, not a real NGC release)
+STANDIN_TORCH = "2.13.0a0+standin"  # what the stand-in's relabelled torch 2.13.0+cpu reports
 REPO = "attnforge-test/images"
 INDEX_USER = "indexuser"
 INDEX_PW = "idx-" + secrets.token_hex(16)
@@ -43,17 +47,15 @@ REG_USER = "pusher"
 REG_PW = "reg-" + secrets.token_hex(16)
 RunCli = Callable[..., tuple[int, str, str]]
 
-COMPAT = f"""\
-torch = []
-cuda = []
-kernel = []
+PACKAGED_COMPAT = ROOT / "src" / "attnforge" / "data" / "compat.toml"
+STANDIN_ROW = f"""
 [[ngc]]
 release = "{RELEASE}"
-torch = "2.13.0+cpu"
+torch = "{STANDIN_TORCH}"
 cuda = "13.0"
 python = "3.11"
 flash_attn = "2.7.4+standin"
-source = "attnforge test table: the stand-in's release, not a real NGC release"
+source = "attnforge test row: the stand-in's release, not a real NGC release"
 """
 VARIANTS = {  # local version -> (toolkit, arches) the manifest claims (the wheel is a CPU build)
     "cu130torch2.13cxx11abiTRUE": ("cuda13.0", ["sm_90"]),
@@ -167,12 +169,13 @@ def wheels(work: Path, standin: str) -> Path:
 
 @pytest.fixture(scope="module")
 def built(work: Path, wheels: Path, index: tuple[str, Path], standin: str) -> Iterator[ImageSet]:
-    """`attnforge images build --kind all`: two runtime images + one NGC (stand-in) image, smoke-tested."""
+    """`attnforge images build --kind all`: two runtime images + one NGC (stand-in) image, smoke-tested; the
+    NGC image's flash-attn compiled by the builder on the stand-in from --source (a folder, packed)."""
     from attnforge.cli import main
 
     url, netrc = index
-    compat = work / "compat.toml"
-    compat.write_text(COMPAT)
+    compat = work / "compat.toml"  # the packaged tables (the rules check the NGC cell) + the stand-in's row
+    compat.write_text(PACKAGED_COMPAT.read_text() + STANDIN_ROW)
     code = main(
         [
             "--compat",
@@ -210,12 +213,13 @@ def test_images_built_smoked_and_labelled(built: ImageSet) -> None:
     assert sorted(tags) == [
         "flash-attn2.8.3-cu126-torch2.13-py3.11",
         "flash-attn2.8.3-cu130-torch2.13-py3.11",
-        "flash-attn2.8.3-ngc26.09-py3.11",
+        "flash-attn2.8.3-ngc99.09-py3.11",
     ]
     assert tags["flash-attn2.8.3-cu130-torch2.13-py3.11"].aliases == ["cu130-torch2.13-latest"]
     for img in built.images:
         assert img.smoke["ok"] is True, img.smoke
-        assert img.smoke["torch"] == "2.13.0+cpu" and img.smoke["gpu"] == "no GPU"
+        torch = STANDIN_TORCH if img.kind == "ngc" else "2.13.0+cpu"
+        assert img.smoke["torch"] == torch and img.smoke["gpu"] == "no GPU"
         assert img.smoke["extension"].endswith(".so")
         labels = docker("image", "inspect", "--format", "{{json .Config.Labels}}", f"{REPO}:{img.tag}").stdout
         lab = json.loads(labels)
@@ -229,16 +233,46 @@ def test_images_built_smoked_and_labelled(built: ImageSet) -> None:
             "inspect",
             "--format",
             "{{json .Config.Labels}}",
-            f"{REPO}:flash-attn2.8.3-ngc26.09-py3.11",
+            f"{REPO}:flash-attn2.8.3-ngc99.09-py3.11",
         ).stdout
     )
     assert ngc["io.attnforge.ngc.flash-attn-policy"] == "replace"
     assert ngc["io.attnforge.ngc.bundled-flash-attn"] == "2.7.4+standin"
     assert ngc["io.attnforge.standin"].startswith("true")
-    assert ngc["io.attnforge.torch"] == "2.13.0+cpu"
-    assert tags["flash-attn2.8.3-ngc26.09-py3.11"].smoke["constraint_pins"] == [
-        "flash-attn==2.8.3+cu130torch2.13cxx11abitrue.ngc2609"
-    ]
+    assert ngc["io.attnforge.torch"] == STANDIN_TORCH
+    assert ngc["io.attnforge.flash-attn"] == NGC_VERSION
+    assert tags["flash-attn2.8.3-ngc99.09-py3.11"].smoke["constraint_pins"] == [f"flash-attn=={NGC_VERSION}"]
+
+
+NGC_VERSION = "2.8.3+cu130torch2.13cxx11abiTRUE.pt2130a0standin"
+
+
+def test_ngc_wheel_is_the_builders_and_finalized(built: ImageSet, wheels: Path) -> None:
+    """The NGC image's flash-attn: compiled by attnforge's builder against the stand-in's own torch (no nvcc,
+    a CPU torch), finalized (manifest `build.backend: "env"`, the exact torch build recorded and pinned,
+    manylinux tag) and kept under <wheels>/ngc/; the image holds that wheel's install, no source, no builder."""
+    img = next(i for i in built.images if i.kind == "ngc")
+    wheel = Path(img.wheel)
+    assert wheel.parent == wheels / "ngc" and wheel.is_file()
+    assert wheel.name.startswith(f"flash_attn-{NGC_VERSION}-cp311-cp311-manylinux_")
+    manifest = json.loads(Path(f"{wheel}.manifest.json").read_text())
+    assert manifest["build"]["backend"] == "env" and manifest["build"]["torch_build"] == STANDIN_TORCH
+    assert manifest["inputs"]["torch_build"] == STANDIN_TORCH and manifest["inputs"]["torch_variant"] == "cpu"
+    assert manifest["variant"] == "cu130-torch2.13-pt2130a0standin"
+    assert manifest["toolchain"]["nvcc"] is None and manifest["toolchain"]["torch"] == STANDIN_TORCH
+    assert manifest["finalize"]["torch_requirement"] == f"torch=={STANDIN_TORCH}"
+    assert manifest["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
+    with zipfile.ZipFile(wheel) as zf:
+        meta = zf.read(f"flash_attn-{NGC_VERSION}.dist-info/METADATA").decode()
+        record = json.loads(zf.read(f"flash_attn-{NGC_VERSION}.dist-info/attnforge_build.json"))
+    assert f"Requires-Dist: torch=={STANDIN_TORCH}" in meta.splitlines()
+    assert record["local_version"] == NGC_VERSION.split("+")[1] and record["inputs"]["arches"] == ["sm_90"]
+    probe = docker(
+        "run", "--rm", "--network", "none", f"{REPO}:{img.tag}", "sh", "-c",
+        "python -c 'from importlib.metadata import version; print(version(\"flash_attn\"))'; find / -xdev \\( -name add_one_kernel.cu "
+        "-o -name spec.json -o -name rusage_wrap.py -o -name 'flash_attn-*.whl' -o -name 'attnforge-build' \\) -print",
+    )  # fmt: skip
+    assert probe.stdout.split() == [NGC_VERSION], probe.stdout
 
 
 def test_no_secret_compiler_or_source_in_images(built: ImageSet) -> None:
@@ -314,7 +348,7 @@ def test_push_remove_pull_back_and_smoke(
                 ["--kind", "runtime", "--gpu", "sm_86", "--driver", "535.104.05"],
                 "flash-attn2.8.3-cu126-torch2.13-py3.11",
             ),
-            (["--kind", "ngc", "--gpu", "sm_90", "--driver", "580.65.06"], "flash-attn2.8.3-ngc26.09-py3.11"),
+            (["--kind", "ngc", "--gpu", "sm_90", "--driver", "580.65.06"], "flash-attn2.8.3-ngc99.09-py3.11"),
         ]
         for args, tag in cases:
             code, out, err = run_cli(*base, *args)
@@ -329,7 +363,7 @@ def test_ngc_keep_policy_tests_the_bundled_flash_attn(
     built: ImageSet, wheels: Path, work: Path, run_cli: RunCli
 ) -> None:
     """--ngc-policy keep: the stand-in's bundled (fake) flash-attn and constraint file stay, no compile,
-    tag ...-ngc26.09-bundled-..., labelled as kept; the smoke test tests the bundled one."""
+    tag ...-ngc99.09-bundled-..., labelled as kept; the smoke test tests the bundled one."""
     other = work / "wheels-keep"
     other.mkdir()
     for f in wheels.glob("flash_attn-*"):
@@ -351,7 +385,7 @@ def test_ngc_keep_policy_tests_the_bundled_flash_attn(
     )
     assert code == 0, err
     record = read_record(other / "images.json")
-    assert [i.tag for i in record.images] == ["flash-attn2.7.4-ngc26.09-bundled-py3.11"]
+    assert [i.tag for i in record.images] == ["flash-attn2.7.4-ngc99.09-bundled-py3.11"]
     img = record.images[0]
     assert img.labels["io.attnforge.ngc.flash-attn-policy"] == "keep"
     assert img.smoke["ok"] and img.smoke["flash_attn"] == "2.7.4+standin"

@@ -1,6 +1,6 @@
-"""Unit tests of attnforge.images: tags and labels, NGC release choice, the pull chooser, pip plans,
+"""Unit tests of attnforge.images: tags and labels, runtime requests, the pull chooser, pip plans,
 credentials, bases.toml, the local index server, the push rollback (against an in-memory registry) and
-the docker login's use of stdin. No Docker engine needed."""
+the docker login's use of stdin (NGC requests: test_images_ngc.py). No Docker engine needed."""
 
 from __future__ import annotations
 
@@ -18,23 +18,21 @@ from attnforge.backends.pip_config import PipOptions
 from attnforge.errors import ConfigurationError, PublishError
 from attnforge.images import push as push_mod
 from attnforge.images.bases import BaseRecord, load_bases, write_bases
-from attnforge.images.build import (
-    ImageRequest,
-    flex_wheels_for,
-    ngc_request,
-    plan_pip,
-    profile_tag_of,
-    runtime_request,
-    torch_requirement,
-)
 from attnforge.images.credentials import resolve_credentials
 from attnforge.images.docker import Docker, pushed_digest, redact
 from attnforge.images.localindex import LocalIndexServer, Sources, project_of
 from attnforge.images.naming import ImageSpec, aliases, is_alias, parse_tag, resolve_tags
+from attnforge.images.pipplan import plan_pip
 from attnforge.images.record import BuiltImage, ImageSet
 from attnforge.images.registry import Manifest, is_loopback
+from attnforge.images.requests import (
+    ImageRequest,
+    flex_wheels_for,
+    profile_tag_of,
+    runtime_request,
+    torch_requirement,
+)
 from attnforge.install.pull import Candidate, Host, arch_fit, evaluate
-from attnforge.matrix.compat import NgcRelease
 
 FLOORS = {12: "525.60.13", 13: "580.65.06"}
 
@@ -96,6 +94,8 @@ def test_profile_tag_of_and_torch_requirement() -> None:
     assert profile_tag_of("cu130torch2.14cxx11abiTRUE.fwd128") == "fwd128"
     assert profile_tag_of("cu130torch2.14cxx11abitrue.fwd128.ngc2506") == "fwd128"
     assert profile_tag_of("cu130torch2.14cxx11abiTRUE.ngc2506") is None
+    assert profile_tag_of("cu129torch2.8cxx11abiTRUE.pt280a05228986c39.hd128") == "hd128"
+    assert profile_tag_of("cu129torch2.8cxx11abiTRUE.pt280a05228986c39") is None
     assert torch_requirement("2.14.1+cu130", "cu130", "cu130") == "torch==2.14.1"
     assert torch_requirement("2.8.0+cu126", "cu126", "cu128") == "torch==2.8.0+cu126"
     assert torch_requirement("2.13.0+cpu", "cpu", None) == "torch==2.13.0+cpu"
@@ -148,39 +148,6 @@ def test_flex_wheels_matched_by_torch_and_toolkit(tmp_path: Path) -> None:
     assert [w.name for w in flex_wheels_for(req, tmp_path)] == [
         "attnforge_flex_kernels-0.1.0+torch2.14.cu130.sm90-py3-none-any.whl"
     ]
-
-
-# ---- NGC
-
-
-NGC_ROWS = [
-    NgcRelease(release="25.01", torch="2.6.0a0+ecf3bae40a", cuda="12.8", python="3.12", source="t"),
-    NgcRelease(release="25.06", torch="2.8.0a0+5228986c39", cuda="12.9", python="3.12", source="t"),
-    NgcRelease(release="25.08", torch="2.8.0a0+34c6371d24", cuda="12.9", python="3.12", source="t"),
-]
-
-
-def test_ngc_release_newest_fit_and_reason() -> None:
-    m = _manifest(
-        "flash_attn-2.8.3+cu129torch2.8cxx11abiTRUE-cp312-cp312-linux_x86_64.whl",
-        toolkit="cuda12.9",
-        torch="2.8.0",
-        python="3.12",
-    )
-    req = ngc_request(m, NGC_ROWS, template="nvcr.io/nvidia/pytorch:{release}-py3", policy="replace")
-    assert isinstance(req, ImageRequest)
-    assert req.ngc is not None and req.ngc.release == "25.08"
-    assert req.spec.tag == "flash-attn2.8.3-ngc25.08-py3.12"
-    assert req.build_args["FLASH_ATTN_LOCAL_VERSION"] == "cu129torch2.8cxx11abiTRUE.ngc2508"
-    assert req.build_args["FLASH_ATTN_CUDA_ARCHS"] == "90"
-    m2 = _manifest("x.whl", toolkit="cuda13.0", torch="2.14.1")
-    skipped = ngc_request(m2, NGC_ROWS, template="{release}", policy="replace")
-    assert not isinstance(skipped, ImageRequest)
-    assert "no NGC release pairs torch 2.14 with CUDA 13.0" in skipped.why
-    m3 = _manifest("x.whl", toolkit="cuda12.9", torch="2.8.0", head_dims=[128])
-    assert "head dims" in getattr(
-        ngc_request(m3, NGC_ROWS, template="{release}", policy="replace"), "why", ""
-    )
 
 
 # ---- pull chooser

@@ -145,3 +145,16 @@ def toolchain(cuda_home: str | None, tinfo: dict[str, Any], cxx: str | None = No
     with contextlib.suppress(RuntimeError, OSError):
         gcc = run_capture([(cxx or os.environ.get("CXX", "c++")).split()[-1], "-dumpfullversion"])
     return {"nvcc": nvcc, "gcc": gcc, "python": tinfo.get("python"), "torch": tinfo.get("torch")}
+
+
+def nvcc_problem(tinfo: dict[str, Any], tool: dict[str, str | None], cuda_home: str | None) -> str | None:
+    """Why nvcc cannot build against this torch, or None: a CUDA torch needs an nvcc of its CUDA major; a
+    CPU or ROCm torch needs none (it builds only what its setup.py declares for it)."""
+    cuda, nvcc = tinfo.get("cuda"), tool.get("nvcc")
+    if not cuda:
+        return None
+    if not nvcc:
+        return f"no nvcc under CUDA_HOME={cuda_home}: torch {tinfo.get('torch')} is a CUDA {cuda} build"
+    if str(cuda).split(".")[0] != nvcc.split(".")[0]:
+        return f"nvcc {nvcc} and torch's CUDA {cuda} differ in major version"
+    return None

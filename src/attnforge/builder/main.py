@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .compiler import choose_host_compiler, toolchain
+from .compiler import choose_host_compiler, nvcc_problem, toolchain
 from .exits import (
     EXIT_BUILD,
     EXIT_ENV,
@@ -148,13 +148,9 @@ def build(spec: BuildSpec, rep: Reporter, result: dict[str, Any]) -> None:
     tool = toolchain(home, venv, host_cxx.get("cxx"))
     result["toolchain"] = tool
     result["host_compiler"] = host_cxx
-    if not spec.pure_python:
-        if not tool["nvcc"] and not venv.get("hip"):
-            raise BuildFailure(EXIT_ENV, f"no nvcc under CUDA_HOME={home}")
-        if venv.get("cuda") and tool["nvcc"] and venv["cuda"].split(".")[0] != tool["nvcc"].split(".")[0]:
-            raise BuildFailure(
-                EXIT_ENV, f"nvcc {tool['nvcc']} and torch's CUDA {venv['cuda']} differ in major version"
-            )
+    problem = None if spec.pure_python else nvcc_problem(venv, tool, home)
+    if problem:
+        raise BuildFailure(EXIT_ENV, problem)
     py_tag = "cpython-" + "".join(str(venv["python"]).split(".")[:2])
     ident = identity(spec, tool)
     prebuilt = usable_prebuilt(spec, ident, rep)

@@ -73,20 +73,6 @@ def runtime_base_for(project: Any, explicit: str | None, toolkit: str) -> str:
     return str(row.runtime_image)
 
 
-def cell_inputs(cell: Any) -> dict[str, Any]:
-    """A target cell in the manifest's shape (what an NGC image needs to know about it)."""
-    from ..wheels.manifest import manifest_inputs
-
-    return {
-        "cell_id": cell.id,
-        "kernel": cell.kernel,
-        "kernel_version": cell.kernel_version,
-        "variant": cell.variant,
-        "local_version": cell.local_version,
-        "inputs": manifest_inputs(cell, for_image=True),
-    }
-
-
 def gather_requests(
     project: Any,
     *,
@@ -98,15 +84,10 @@ def gather_requests(
     ngc_template: str,
     ngc_policy: str,
 ) -> tuple[list[Any], list[Any]]:
-    """(image requests, skipped) from the wheels' manifests, filtered by a target's cells."""
-    from ..images.build import (
-        Skipped,
-        flex_wheels_for,
-        ngc_request,
-        read_wheel_manifests,
-        runtime_request,
-        with_flex,
-    )
+    """(image requests, skipped): runtime images of the wheels' manifests, NGC images of the target's cells
+    (without a target: of the wheels' cells), filtered by a target's cells."""
+    from ..images.ngc_image import ngc_request, template_of
+    from ..images.requests import Skipped, flex_wheels_for, read_wheel_manifests, runtime_request, with_flex
 
     found = read_wheel_manifests(wheels_dir) if wheels_dir.is_dir() else []
     skipped: list[Any] = []
@@ -137,18 +118,41 @@ def gather_requests(
         rows = list(compat.ngc) if compat is not None else []
         if not rows:
             raise ConfigurationError("no [[ngc]] rows in the compat data (give one with --compat)")
-        sources = [m for _, m in found] if found else [cell_inputs(c) for c in cells]
-        seen: set[str] = set()
-        for manifest in sources:
-            got = ngc_request(manifest, rows, template=ngc_template, policy=ngc_policy, release=ngc_release)
+        if not cells:
+            matrix = _optional(project, "matrix")
+            profiles = dict(matrix.profiles) if matrix is not None else {}
+            cells = [template_of(m, profiles) for _, m in found]
+        seen: set[tuple[str, str, tuple[str, ...]]] = set()
+        for cell in cells:
+            got = ngc_request(cell, rows, image_template=ngc_template, policy=ngc_policy, release=ngc_release)
             if isinstance(got, Skipped):
                 skipped.append(got)
                 continue
-            key = f"{got.spec.tag}|{sorted(got.build_args.items())}"
+            key = (got.spec.tag, cell.profile, cell.arches)
             if key not in seen:
                 seen.add(key)
                 requests.append(got)
     return requests, skipped
+
+
+def ngc_source(project: Any, requests: list[Any], given: Path | None) -> Path | None:
+    """What NGC images compile: --source, else the kernel's pinned source of the matrix (fetched into the
+    cache like `attnforge build` does); None when no image compiles anything."""
+    from ..engine.sources import fetch_source
+
+    cells = [r.template for r in requests if r.spec.kind == "ngc" and r.ngc_policy == "replace"]
+    if given is not None or not cells:
+        return given
+    kernels = sorted({c.kernel for c in cells})
+    if len(kernels) != 1:
+        raise ConfigurationError(
+            f"NGC images of several kernels ({', '.join(kernels)}) in one build: give --source"
+        )
+    cell = cells[0]
+    matrix = project.matrix
+    cache = project.path(matrix.build.cache_dir)
+    src = fetch_source(cell.kernel, matrix.kernels[cell.kernel], cell.source_sha256, cache, project.root)
+    return Path(src.path)
 
 
 _cred_options = [
@@ -180,7 +184,7 @@ def command() -> None:
 
     \b
     attnforge images build --target default              runtime images of the target's wheels
-    attnforge images build --kind ngc --source SDIST     flash-attn compiled on NGC PyTorch bases
+    attnforge images build --kind ngc --target T         flash-attn compiled on NGC PyTorch bases
     attnforge images push --registry HOST:PORT           push the last build's image set
     Credentials: --username + $ATTNFORGE_REGISTRY_PASSWORD (or --password-env/--password-file), never argv.
     """
@@ -234,7 +238,7 @@ def command() -> None:
     "--source",
     type=click.Path(exists=True, path_type=Path),
     default=None,
-    help="flash-attn source (folder or sdist) compiled on the NGC base (NGC images).",
+    help="flash-attn source (folder or sdist) compiled on the NGC base (default: the matrix's pinned sdist).",
 )
 @click.option("--ngc-release", default=None, help="Use this NGC release instead of the newest that fits.")
 @click.option("--ngc-standin", is_flag=True, help="Use (and make) attnforge's local stand-in NGC bases.")
@@ -302,11 +306,13 @@ def build_cmd(
 
     The set is recorded in <wheels>/images.json; `--push` (or `images push`) pushes all of it or nothing.
     """
-    from ..images.build import BuildOptions, apply_ngc_facts, build_set, git_revision, plan_pip
+    from ..images.build import BuildOptions, build_set, git_revision
     from ..images.credentials import resolve_credentials
     from ..images.docker import Docker
     from ..images.naming import aliases, resolve_tags
     from ..images.ngc import NGC_IMAGE_TEMPLATE, STANDIN_TEMPLATE, probe_base
+    from ..images.ngc_image import apply_ngc_facts
+    from ..images.pipplan import plan_pip
     from ..images.push import push_set
     from ..images.standin import ensure_standin
 
@@ -344,9 +350,12 @@ def build_cmd(
                     f"  wheel {req.wheel}; {req.torch_requirement} (variant {req.torch_variant or '-'})"
                 )
             else:
-                click.echo(
-                    f"  NGC {req.ngc.release if req.ngc else '?'} policy {req.ngc_policy}; {req.build_args}"
+                what = (
+                    f"compiles {req.template.id}"
+                    if req.template and req.ngc_policy == "replace"
+                    else "keeps NGC's"
                 )
+                click.echo(f"  NGC {req.ngc.release if req.ngc else '?'} policy {req.ngc_policy}: {what}")
             click.echo(
                 f"  torch {spec.torch}, {spec.toolkit}, arches {','.join(spec.arches)}, profile {spec.profile}"
             )
@@ -376,7 +385,8 @@ def build_cmd(
                 _log(f"{res.tag}: {'built' if res.created else 'present'} ({res.image_id[:19]})")
             facts_of[req.ngc_image] = probe_base(dk, req.ngc_image)
         requests = [
-            apply_ngc_facts(r, facts_of[r.ngc_image], _log) if r.spec.kind == "ngc" else r for r in requests
+            apply_ngc_facts(r, facts_of[r.ngc_image], project, _log) if r.spec.kind == "ngc" else r
+            for r in requests
         ]
     opts = BuildOptions(
         repository=repository,
@@ -387,7 +397,7 @@ def build_cmd(
         extra_index_urls=list(extra_index),
         pip_options=options,
         flex_cache=flex_cache,
-        source=source,
+        source=ngc_source(project, requests, source),
         max_jobs=max_jobs,
         smoke=not no_smoke,
         strict_bases=strict_bases,
@@ -469,8 +479,8 @@ def push_cmd(
 def smoke_cmd(image: str, gpu: bool | None) -> None:
     """Run the smoke test inside IMAGE, with the expectations its labels state (exit 6 on failure)."""
     from ..errors import TestFailure
-    from ..images.build import engine_has_gpu, expect_from_labels, run_smoke
     from ..images.docker import Docker
+    from ..images.smoke import engine_has_gpu, expect_from_labels, run_smoke
 
     dk = Docker()
     expect = expect_from_labels(dk.labels(image))
@@ -494,15 +504,26 @@ def smoke_cmd(image: str, gpu: bool | None) -> None:
     "--bundled", default="2.7.4+standin", show_default=True, help="Version of the fake bundled flash-attn."
 )
 @click.option(
+    "--torch-version-as",
+    default=None,
+    help="Version its torch reports, NGC-shaped (default: <release>a0+standin; '' keeps the wheel's own).",
+)
+@click.option(
     "--torch-index", default=None, help="The index pip uses (default: this machine's pip configuration)."
 )
 @click.option("--force", is_flag=True, help="Rebuild even when it exists.")
 @click.pass_obj
 def standin_cmd(
-    project: Any, release: str, torch_req: str, bundled: str, torch_index: str | None, force: bool
+    project: Any,
+    release: str,
+    torch_req: str,
+    bundled: str,
+    torch_version_as: str | None,
+    torch_index: str | None,
+    force: bool,
 ) -> None:
     """Make attnforge-standin/ngc-pytorch:RELEASE, a local stand-in for nvcr.io/nvidia/pytorch:RELEASE-py3."""
-    from ..images.build import plan_pip
+    from ..images.pipplan import plan_pip
     from ..images.standin import ensure_standin
 
     plan = plan_pip(torch_index=torch_index, options=_pip_options(project, True))
@@ -512,6 +533,7 @@ def standin_cmd(
         ca_bundle=_ca_bundle(project, None, False),
         torch_requirement=torch_req,
         bundled_flash_attn=bundled,
+        torch_version_as=torch_version_as,
         force=force,
         log=_log,
     )

@@ -54,10 +54,10 @@ def command(
 
     Exit 3 when none fits (every candidate's reason is printed), 7 when the registry refuses.
     """
-    from ..images.build import engine_has_gpu, expect_from_labels, run_smoke
     from ..images.credentials import resolve_credentials
     from ..images.docker import Docker
     from ..images.registry import Registry
+    from ..images.smoke import engine_has_gpu, expect_from_labels, run_smoke
     from ..install.pull import choose, detect_host, host_from_args, why_text
 
     if not registry:

@@ -145,9 +145,11 @@ class Docker:
         secrets: dict[str, Path] | None = None,
         target: str | None = None,
         network: str | None = "host",
+        output: Path | None = None,
         on_line: Callable[[str], None] | None = None,
     ) -> Result:
-        """`DOCKER_BUILDKIT=1 docker build` (progress plain) with build args, labels and file secrets."""
+        """`DOCKER_BUILDKIT=1 docker build` (progress plain) with build args, labels and file secrets;
+        `output`: export the target's files into that folder (`--output type=local`) instead of an image."""
         args = ["build", "--progress", "plain", "-f", str(dockerfile)]
         for k, v in sorted((build_args or {}).items()):
             args += ["--build-arg", f"{k}={v}"]
@@ -159,6 +161,8 @@ class Docker:
             args += ["--target", target]
         if network:
             args += ["--network", network]
+        if output is not None:
+            args += ["--output", f"type=local,dest={output}"]
         for t in tags:
             args += ["-t", t]
         args.append(str(context))

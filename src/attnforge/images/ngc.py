@@ -4,75 +4,82 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 from ..errors import EnvironmentProblem
+from ..install.which import PROBE_MARK, Env
 from ..matrix.compat import NgcRelease
 from .docker import Docker
 
 NGC_IMAGE_TEMPLATE = "nvcr.io/nvidia/pytorch:{release}-py3"
 STANDIN_TEMPLATE = "attnforge-standin/ngc-pytorch:{release}"
 
-# Run inside a base with its own python: what torch, Python, flash-attn and constraint file it has.
-_PROBE = r"""
-import json, os, sys
-from importlib import metadata
-out = {"python": "%d.%d" % sys.version_info[:2]}
-try:
-    import torch
-    out["torch"] = torch.__version__
-    out["cuda"] = torch.version.cuda
-    out["cxx11_abi"] = bool(torch._C._GLIBCXX_USE_CXX11_ABI)
-except Exception as exc:
-    out["torch_error"] = repr(exc)
-try:
-    out["flash_attn"] = metadata.version("flash_attn")
-except metadata.PackageNotFoundError:
-    out["flash_attn"] = None
+# Run inside a base after install/probe.py (the probe `attnforge build --python` reads an environment with):
+# what pip's constraint file (NGC: /etc/pip/constraint.txt, PIP_CONSTRAINT) pins, and the stand-in's mark.
+_NGC_PROBE = r"""
+import json, os
 path = os.environ.get("PIP_CONSTRAINT") or "/etc/pip/constraint.txt"
-out["constraint"] = path if os.path.exists(path) else None
+out = {"constraint": path if os.path.exists(path) else None, "standin": os.environ.get("ATTNFORGE_STANDIN") == "1"}
 if out["constraint"]:
-    pins = [l.strip() for l in open(path) if l.split("==")[0].strip().lower().replace("_", "-") in ("torch", "flash-attn")]
-    out["pins"] = pins
-out["standin"] = os.environ.get("ATTNFORGE_STANDIN") == "1"
-print(json.dumps(out))
+    names = ("torch", "flash-attn")
+    out["pins"] = [l.strip() for l in open(path) if l.split("==")[0].strip().lower().replace("_", "-") in names]
+print("ATTNFORGE-NGC " + json.dumps(out))
 """
+_NGC_MARK = "ATTNFORGE-NGC "
 
 
 @dataclass(frozen=True)
 class BaseFacts:
-    """What an NGC (or stand-in) image holds, measured by running it."""
+    """What an NGC (or stand-in) image holds, measured by running it: its Python and torch as the env
+    backend reads an environment, the bundled flash-attn and the constraint file."""
 
-    python: str
-    torch: str
-    cuda: str | None
-    cxx11_abi: bool | None
+    env: Env
+    executable: str  # the image's `python`, which the builder builds with (spec.python)
+    cuda: str | None  # torch.version.cuda (None: a CPU torch, only in the stand-in)
     flash_attn: str | None
     constraint: str | None
     pins: tuple[str, ...]
     standin: bool
 
+    @property
+    def python(self) -> str:
+        return self.env.python
+
+    @property
+    def torch(self) -> str:
+        assert self.env.torch is not None
+        return self.env.torch
+
 
 def probe_base(docker: Docker, image: str) -> BaseFacts:
-    """Run the probe in the image (no network)."""
-    res = docker.run("run", "--rm", "--network", "none", image, "python", "-c", _PROBE)
-    line = next((ln for ln in reversed(res.output.splitlines()) if ln.startswith("{")), "")
-    if not res.ok or not line:
+    """Run install/probe.py and the constraint probe in the image (one container, no network)."""
+    from ..install import probe
+
+    script = 'python -c "$1" flash-attn && python -c "$2"'
+    source = Path(probe.__file__).read_text(encoding="utf-8")
+    res = docker.run("run", "--rm", "--network", "none", image, "sh", "-c", script, "sh", source, _NGC_PROBE)
+    lines = res.output.splitlines()
+    env_line = next((ln for ln in lines if ln.startswith(PROBE_MARK)), "")
+    ngc_line = next((ln for ln in lines if ln.startswith(_NGC_MARK)), "")
+    if not res.ok or not env_line or not ngc_line:
         raise EnvironmentProblem(f"cannot inspect {image}: {res.tail(4)}")
-    data: dict[str, Any] = json.loads(line)
-    if "torch" not in data:
-        raise EnvironmentProblem(f"{image} has no importable torch: {data.get('torch_error')}")
+    data: dict[str, Any] = json.loads(env_line[len(PROBE_MARK) :])
+    extra: dict[str, Any] = json.loads(ngc_line[len(_NGC_MARK) :])
+    env = Env.from_probe(data)
+    if env.torch is None:
+        raise EnvironmentProblem(f"{image} has no importable torch: {(data.get('torch') or {}).get('error')}")
+    flash_attn = data.get("flash_attn") or {}
     return BaseFacts(
-        python=data["python"],
-        torch=data["torch"],
-        cuda=data.get("cuda"),
-        cxx11_abi=data.get("cxx11_abi"),
-        flash_attn=data.get("flash_attn"),
-        constraint=data.get("constraint"),
-        pins=tuple(data.get("pins") or ()),
-        standin=bool(data.get("standin")),
+        env=env,
+        executable=str(data["executable"]),
+        cuda=(data.get("torch") or {}).get("cuda"),
+        flash_attn=flash_attn.get("version") if flash_attn.get("installed") else None,
+        constraint=extra.get("constraint"),
+        pins=tuple(extra.get("pins") or ()),
+        standin=bool(extra.get("standin")),
     )
 
 

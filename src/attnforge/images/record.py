@@ -25,6 +25,7 @@ class BuiltImage:
     smoke: dict[str, Any] = field(default_factory=dict)
     base: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    wheel: str = ""  # the finalized wheel installed (NGC: compiled on the base, kept under <out>/ngc/)
 
     @property
     def all_tags(self) -> list[str]:

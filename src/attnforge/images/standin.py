@@ -1,8 +1,9 @@
 """The NGC stand-in base: `attnforge-standin/ngc-pytorch:<release>`, built from docker/ngc-standin/.
 
 nvcr.io is unreachable from attnforge's development machines. The stand-in reproduces what matters of the
-NGC PyTorch container for docker/ngc.Dockerfile: a preinstalled torch with a local version, compilers, a
-bundled (fake) flash-attn and a pip constraint file pinning both. It is labelled and named as a stand-in.
+NGC PyTorch container for docker/ngc.Dockerfile: a preinstalled torch that reports a custom build's version
+(`2.13.0a0+standin`, the CPU wheel relabelled), compilers and build modules, a bundled (fake) flash-attn and
+a pip constraint file pinning both. It is labelled and named as a stand-in.
 """
 
 from __future__ import annotations
@@ -13,13 +14,21 @@ from pathlib import Path
 
 from ..errors import BuildError, EnvironmentProblem
 from .bootstrap import BaseImageError, bootstrap_debian_base
-from .build import DEFAULT_RUNTIME_BASE, PipPlan, docker_dir, pip_secrets
+from .build import DEFAULT_RUNTIME_BASE, docker_dir
 from .docker import Docker
 from .ngc import STANDIN_TEMPLATE
+from .pipplan import PipPlan, pip_secrets
 
 # The small CPU torch wheel keeps stand-in images (and tests) small; torch==2.14.1 (CUDA 13, 5 GB) also works.
 DEFAULT_TORCH = "torch==2.13.0+cpu"
 DEFAULT_BUNDLED = "2.7.4+standin"
+LAYOUT = "2"  # io.attnforge.standin.layout: a stand-in made by an older Dockerfile is rebuilt
+
+
+def standin_torch_version(torch_requirement: str) -> str:
+    """The custom-build version the stand-in's torch reports, NGC-shaped: `torch==2.13.0+cpu` -> `2.13.0a0+standin`."""
+    release = torch_requirement.split("==")[-1].split("+")[0]
+    return f"{release}a0+standin"
 
 
 @dataclass(frozen=True)
@@ -51,21 +60,31 @@ def ensure_standin(
     netrc: Path | None = None,
     torch_requirement: str = DEFAULT_TORCH,
     bundled_flash_attn: str = DEFAULT_BUNDLED,
+    torch_version_as: str | None = None,
     base: str = DEFAULT_RUNTIME_BASE,
     force: bool = False,
     docker: Docker | None = None,
     log: Callable[[str], None] = print,
 ) -> StandinResult:
-    """Build attnforge-standin/ngc-pytorch:<release> unless it exists (force: rebuild)."""
+    """Build attnforge-standin/ngc-pytorch:<release> unless one made with the same arguments exists (force:
+    rebuild). `torch_version_as`: the version its torch reports (default `standin_torch_version`; "" keeps
+    the wheel's own)."""
     dk = docker or Docker()
     tag = STANDIN_TEMPLATE.format(release=release)
+    version_as = standin_torch_version(torch_requirement) if torch_version_as is None else torch_version_as
+    want = {"torch-requirement": torch_requirement, "bundled-flash-attn": bundled_flash_attn,
+            "torch-version": version_as, "layout": LAYOUT}  # fmt: skip
     iid = dk.image_id(tag)
     if iid and not force:
-        return StandinResult(tag, iid, False)
+        labels = dk.labels(tag)
+        if all(labels.get(f"io.attnforge.standin.{k}") == v for k, v in want.items()):
+            return StandinResult(tag, iid, False)
+        log(f"{tag} exists but was made with other arguments or an older Dockerfile: rebuilding")
     ensure_local_base(dk, base, log)
     folder = docker_dir() / "ngc-standin"
     log(
-        f"building the NGC stand-in {tag} (torch {torch_requirement}, bundled flash-attn {bundled_flash_attn})"
+        f"building the NGC stand-in {tag} (torch {torch_requirement} as {version_as or 'itself'}, "
+        f"bundled flash-attn {bundled_flash_attn})"
     )
     with pip_secrets(plan, ca_bundle=ca_bundle, netrc=netrc) as secrets:
         res = dk.build(
@@ -77,6 +96,7 @@ def ensure_standin(
                 "NGC_RELEASE": release,
                 "TORCH_REQUIREMENT": torch_requirement,
                 "BUNDLED_FLASH_ATTN": bundled_flash_attn,
+                "TORCH_VERSION_AS": version_as,
             },
             secrets=secrets,
         )

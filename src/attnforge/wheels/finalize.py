@@ -6,7 +6,7 @@ For one wheel and its manifest:
    torch wheel), taking `manylinux_2_X` when true, else keeping `linux_<arch>` with the reason; a pure
    wheel (ROCm Triton profile) must be `py3-none-any` with no compiled file, and skips auditwheel;
 3. rewrite: local version naming the variant (`+cu130torch2.14cxx11abiTRUE[.tag]`, added or repaired),
-   `Requires-Dist: torch==X.Y.*`, the build record `<dist-info>/attnforge_build.json`, RECORD regenerated,
+   `Requires-Dist: torch==X.Y.*` (a custom torch build: `torch==<that build>`), the build record `<dist-info>/attnforge_build.json`, RECORD regenerated,
    members sorted with SOURCE_DATE_EPOCH timestamps (same input, same bytes);
 4. verify: every RECORD hash, the core metadata (packaging, strict), `check-wheel-contents`;
 5. write the manifest (`wheel`, `sha256`, `size`, `platform_tag`, `finalize`) beside the new wheel.
@@ -198,7 +198,7 @@ def _check_pure(contents: WheelContents, names: WheelNames, tags: frozenset[Any]
 
 
 def _rewrite_metadata(msg: Message, names: WheelNames, changes: list[str]) -> bytes:
-    """Version with the local segment, and an exact `torch==X.Y.*` requirement."""
+    """Version with the local segment, and the torch pin (`WheelNames.torch_requirement`)."""
     old_version = msg.get("Version", "")
     if old_version != names.version:
         msg.replace_header("Version", names.version)

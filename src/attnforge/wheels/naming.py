@@ -19,8 +19,9 @@ from ..matrix.schema import ProfileSpec
 PROJECT = "flash-attn"
 TORCH_PROJECT = "torch"
 
-# cu130 / rocm6.4, torch X.Y, cxx11abiTRUE|FALSE, optional .profiletag (compared case-insensitively:
-# PEP 440 normalizes local segments to lower case, upstream spells TRUE/FALSE upper case).
+# cu130 / rocm6.4, torch X.Y, cxx11abiTRUE|FALSE, optional .pt<build> (a custom torch build: its slug starts
+# with the release's digits), optional .profiletag (compared case-insensitively: PEP 440 normalizes local
+# segments to lower case, upstream spells TRUE/FALSE upper case).
 LOCAL_RE = re.compile(
     r"^(?P<accel>cu\d{2,4}|rocm\d+\.\d+)torch(?P<torch>\d+\.\d+)cxx11abi(?P<abi>true|false)"
     r"(?:\.pt(?P<build>\d[a-z0-9]*))?(?:\.(?P<tag>[a-z][a-z0-9]*))?$",
@@ -36,7 +37,7 @@ class LocalParts:
     torch_family: str  # "2.14"
     cxx11_abi: bool
     profile_tag: str | None
-    torch_build: str | None = None  # the slug of a custom torch build (`.pt2100a05a8cd0ef`)
+    torch_build: str | None = None  # the slug of a custom torch build (`.pt<slug>`), as `Cell.custom_torch`
 
     @property
     def variant(self) -> str:
@@ -65,17 +66,22 @@ def torch_family(version: str) -> str:
     return ".".join(version.split("+")[0].split(".")[:2])
 
 
-def torch_requirement(torch_version: str, custom_build: str | None = None) -> str:
+def torch_requirement(torch_version: str) -> str:
     """The pin a wheel carries: the exact release family it was compiled against (`torch==2.14.*`).
 
     The family, not the patch: libtorch keeps its C++ ABI within a minor release (upstream flash-attn
     names wheels by torch X.Y for that reason), and pinning the patch would make every torch patch
-    release a rebuild. A different minor release is refused by pip's resolver. A custom torch build (a
-    nightly, NGC's `2.10.0a0+<sha>`) promises no ABI beyond itself: the pin is that exact build.
+    release a rebuild. A different minor release is refused by pip's resolver (custom builds: `torch_pin`).
     """
-    if custom_build:
-        return f"{TORCH_PROJECT}=={custom_build}"
     return f"{TORCH_PROJECT}=={torch_family(torch_version)}.*"
+
+
+def torch_pin(cell: Cell) -> str:
+    """The pin of a cell's wheel: the release family (`torch_requirement`), or for a custom torch build (a
+    nightly, NGC's `2.10.0a0+<sha>`) exactly that build: its C++ ABI is promised by nothing else."""
+    if cell.custom_torch and cell.torch_build:
+        return f"{TORCH_PROJECT}=={cell.torch_build}"
+    return torch_requirement(cell.torch)
 
 
 def dist_name(kernel: str) -> str:
@@ -147,7 +153,7 @@ class WheelNames:
     local_version: str
     variant: str
     python_tag: str  # cp311
-    torch_requirement: str  # torch==2.14.*
+    torch_requirement: str  # torch==2.14.* (a custom torch build: torch==<that build>)
     platform: str  # x86_64
     pure_python: bool = False  # a ROCm Triton wheel: py3-none-any, nothing compiled
 
@@ -172,7 +178,7 @@ def expected_names(manifest: dict[str, Any], built_local: str | None = None) -> 
         local_version=cell.local_version,
         variant=cell.variant,
         python_tag=cell.cp,
-        torch_requirement=torch_requirement(cell.torch, cell.torch_build if cell.custom_torch else None),
+        torch_requirement=torch_pin(cell),
         platform=cell.platform,
         pure_python=cell.pure_python,
     )
