@@ -12,7 +12,7 @@ from pathlib import Path
 from ..builder.files import sha256_file
 from ..builder.spec import Source
 from ..errors import BuildError, ConfigurationError, EnvironmentProblem
-from ..matrix.lock import sdist_url
+from ..matrix.lock import sdist_url, source_path
 from ..matrix.schema import KernelSpec
 
 
@@ -39,10 +39,7 @@ def fetch_source(
             f"with `git archive` of {src.ref} and name it with source.kind 'path' (and its sha256)"
         )
     if src.kind == "path":
-        assert src.path is not None
-        path = Path(src.path) if Path(src.path).is_absolute() else base / src.path
-        if not path.is_file():
-            raise ConfigurationError(f"{kernel}: source path {path} is not a source archive file")
+        path = source_path(kernel, src, base)
     else:
         name = Path(src.url).name if src.url else f"{kernel.replace('-', '_')}-{spec.version}.tar.gz"
         path = cache / "sources" / name
