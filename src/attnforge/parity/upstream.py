@@ -106,6 +106,7 @@ def sample_env(p: WheelProfile, n: int, seed: int, summary: Path) -> dict[str, s
     spec = {"tests": list(TESTS), "head_dims": list(p.head_dims), "disabled": sorted(p.disabled), "n": n,
             "seed": seed, "summary": str(summary)}  # fmt: skip
     env["ATTNFORGE_FA3_SAMPLE"] = json.dumps(spec)
+    env["COLUMNS"] = "400"  # pytest cuts the short failure summary to the terminal width
     return env
 
 
