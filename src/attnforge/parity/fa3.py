@@ -44,7 +44,7 @@ def run_case(fa3: Any, c: Case, device: str = "cuda", seed: int = 0) -> list[Res
     return results
 
 
-def _call(fa3: Any, c: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def _call(fa3: Any, c: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
     out = fa3.flash_attn_func(
         q, k, v, causal=c.causal, window_size=c.window, softcap=c.softcap, num_splits=c.splits
     )
