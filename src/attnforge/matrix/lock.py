@@ -8,7 +8,6 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -16,7 +15,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from ..builder.files import sha256_file
+from ..builder.files import atomic_write_text, sha256_file
 from ..errors import ConfigurationError, EnvironmentProblem
 from .compat import CompatData
 from .schema import KernelSpec, Matrix, SourceSpec
@@ -70,7 +69,12 @@ def source_path(kernel: str, source: SourceSpec, base: Path) -> Path:
 
 
 def source_sha256(kernel: str, spec: KernelSpec, data: CompatData, lock: dict[str, Any]) -> str | None:
-    """The pinned sha256: matrix.yaml first, then attnforge.lock, then the compat table's PyPI digest."""
+    """The source pin: matrix.yaml's sha256 first, then attnforge.lock's, then the compat table's PyPI digest;
+    for a git source its commit (a full-commit ref, else the lock's)."""
+    if spec.source.kind == "git":
+        ref = spec.source.ref or ""
+        commit = lock.get(kernel, {}).get(spec.version, {}).get("commit")
+        return ref if re.fullmatch(r"[0-9a-f]{40}", ref) else (str(commit) if commit else None)
     if spec.source.sha256:
         return spec.source.sha256
     locked = lock.get(kernel, {}).get(spec.version, {}).get("sha256")
@@ -203,9 +207,5 @@ def write_lock(matrix: Matrix, path: str | Path) -> dict[str, Any]:
     base = Path(path).resolve().parent
     for kernel, spec in matrix.kernels.items():
         lock.setdefault(kernel, {})[spec.version] = _pin(kernel, spec, base)
-    p = Path(path)
-    with tempfile.NamedTemporaryFile("w", dir=p.parent or ".", delete=False, suffix=".tmp") as tmp:
-        json.dump(lock, tmp, indent=2, sort_keys=True)
-        tmp.write("\n")
-    os.replace(tmp.name, p)
+    atomic_write_text(Path(path), json.dumps(lock, indent=2, sort_keys=True) + "\n")
     return lock
