@@ -26,6 +26,7 @@ from typing import Any
 
 from ..backends.pip_config import PipOptions
 from ..errors import BuildError, ConfigurationError, EnvironmentProblem, TestFailure
+from ..kernels import modules
 from ..matrix.compat import NgcRelease
 from .bases import BaseCheck, check_base, load_bases
 from .docker import DOCKER, Docker
@@ -162,7 +163,12 @@ def runtime_request(
         manifest=manifest,
         torch_requirement=torch_requirement(torch_built, variant, pypi_variant),
         torch_variant=variant,
-        expect={"torch": torch_built, "flash_attn": spec.dist_version, "kind": "runtime"},
+        expect={
+            "torch": torch_built,
+            "flash_attn": spec.dist_version,
+            "kind": "runtime",
+            **modules(spec.kernel),
+        },
     )
 
 
