@@ -201,3 +201,13 @@ def test_the_committed_matrix_plans_fa3_beside_fa2(run_cli: Run, root: Path) -> 
     assert code == 0 and [c["wheel"] for c in cells] == [
         "flash_attn_3-3.0.0+cu130sm90atorch2.9abi3.fa3hd64128-cp310-abi3-linux_x86_64.whl"
     ]
+
+
+def test_runner_smoke_imports_the_kernel_of_the_wheel() -> None:
+    from attnforge.runner.smoke import kernel_of_wheel, script_for
+
+    wheel = Path("flash_attn_3-3.0.0+cu130sm90atorch2.9abi3.fa3hd64128-cp310-abi3-manylinux_2_34_x86_64.whl")
+    assert kernel_of_wheel(wheel) == "flash-attn-3" and kernel_of_wheel(Path("x.whl")) == "flash-attn"
+    script = script_for("flash-attn-3")
+    assert 'DIST = "flash_attn_3"' in script and 'API = "flash_attn_interface"' in script
+    compile(script, "smoke", "exec")
