@@ -14,7 +14,7 @@ import pytest
 from attnforge.parity import fa3cases, upstream
 from attnforge.parity.cases import ERR_FEATURE, ERR_HEAD_DIM
 from attnforge.parity.profile import WheelProfile, from_manifest, profile_tag
-from attnforge.parity.report import FAILED
+from attnforge.parity.report import FAILED, PASSED
 
 ROOT = Path(__file__).resolve().parents[2]
 INFER = frozenset({"appendkv", "local", "softcap", "packgqa", "cluster", "hdimdiff64", "hdimdiff192", "sm80"})
@@ -140,6 +140,10 @@ def test_the_sampling_plugin_keeps_what_the_profile_can_run(tmp_path: Path) -> N
         "upstream hopper/test_flash_attn.py: sampled 9 of 9 eligible (17 collected)"
     )
     assert results[-1].status == FAILED and results[-1].reason == "1 failed"
+    cut = upstream.to_results(
+        {k: v for k, v in outcomes.items() if "96" not in k}, {}, sample, 7, timed_out=True
+    )
+    assert cut[-1].status == PASSED and cut[-1].reason == "time budget reached: 7 of the sample ran"
 
 
 def test_the_sample_is_a_fixed_seed_subset(tmp_path: Path) -> None:
