@@ -29,9 +29,9 @@ def profile(**kw: object) -> WheelProfile:
 
 def test_manifest_profile_of_an_fa3_wheel() -> None:
     data = {"kernel": "flash-attn-3", "inputs": {"profile": "fa3hd64128", "head_dims": [64, 128], "dtypes": ["bf16", "fp16"],
-            "arches": ["sm_90a"], "profile_flags": ["-DFLASHATTENTION_DISABLE_APPENDKV", "-DFLASHATTENTION_DISABLE_LOCAL"]}}  # fmt: skip
+            "arches": ["sm_90a"], "profile_flags": ["-DFLASHATTENTION_DISABLE_APPENDKV", "-DFLASHATTENTION_DISABLE_HDIMDIFF64"]}}  # fmt: skip
     p = from_manifest(data)
-    assert p.kernel == "flash-attn-3" and p.disabled == {"appendkv", "local", "sm80"}
+    assert p.kernel == "flash-attn-3" and p.disabled == {"appendkv", "hdimdiff64", "sm80"}
     full = from_manifest({"kernel": "flash-attn-3", "inputs": {"arches": ["sm_80", "sm_90a"]}})
     assert (
         full.head_dims == (64, 96, 128, 192, 256)

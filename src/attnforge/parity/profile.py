@@ -18,7 +18,7 @@ from ..kernels import dtypes, features, head_dims
 ALL_HEAD_DIMS: tuple[int, ...] = head_dims("flash-attn")
 ALL_DTYPES: tuple[str, ...] = dtypes("flash-attn")
 FEATURES: tuple[str, ...] = features("flash-attn")
-_DISABLE_FLAG = re.compile(r"-DFLASHATTENTION_DISABLE_([A-Z_]+)")
+_DISABLE_FLAG = re.compile(r"-DFLASHATTENTION_DISABLE_([A-Z0-9_]+)")
 
 
 @dataclass(frozen=True)
