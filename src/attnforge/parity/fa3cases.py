@@ -50,6 +50,9 @@ def working_cases(p: WheelProfile, dtype: str, d: int) -> list[Case]:
             common = {"heads": "gqa", "causal": True, "paged": paged, "append": append, "backward": False}
             cases.append(_c("kvcache", dtype, d, b=3, sq=1, sk=777, splits=0, **common))
             cases.append(_c("kvcache", dtype, d, b=2, sq=64, sk=1031, **common))
+    # paged chunked prefill may take FA3's TMA paged path, which a build without paged KV still has: whether
+    # it raises is not knowable here, so that case only runs where paged KV is built
+    cases = [c for c in cases if not (c.paged and c.sq > 1 and not p.has("pagedkv"))]
     return [_gate(p, c) for c in cases]
 
 
@@ -64,7 +67,7 @@ def needs(c: Case) -> list[str]:
         out.append("varlen")
     if c.paged:
         out.append("pagedkv")
-    if c.splits != 1:
+    if c.splits > 1:  # 0 (the heuristic) is one split in a build without split-KV: no error
         out.append("split")
     if c.kernel == "kvcache" and c.append:
         out.append("appendkv")
