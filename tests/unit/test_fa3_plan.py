@@ -211,3 +211,13 @@ def test_runner_smoke_imports_the_kernel_of_the_wheel() -> None:
     script = script_for("flash-attn-3")
     assert 'DIST = "flash_attn_3"' in script and 'API = "flash_attn_interface"' in script
     compile(script, "smoke", "exec")
+
+
+def test_the_cibuildwheel_export_refuses_fa3(data: CompatData) -> None:
+    from attnforge.ci.cibuildwheel_config import cibuildwheel_config
+    from attnforge.errors import ConfigurationError
+
+    with pytest.raises(
+        ConfigurationError, match="maps flash-attn \\(FA2\\) cells only; build flash-attn-3 with"
+    ):
+        cibuildwheel_config(check(fa3(), data).cell)
