@@ -75,7 +75,7 @@ def test_what_a_stable_abi_wheel_does_not_fit(index: Path, kw: dict[str, Any], a
     res = resolve(Env.from_probe(probe(**kw)), str(index), "fa3hd64128", "flash-attn-3")
     assert res.choice is None
     rejected = res.to_json()["rejected"]
-    assert list(rejected.values())[0][axis] == why
+    assert next(iter(rejected.values()))[axis] == why
 
 
 def test_doctor_on_an_installed_fa3_wheel() -> None:
