@@ -184,3 +184,24 @@ def test_lock_pins_the_path_source(snapshot: Path, tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("ATTNFORGE_SOURCES", str(tmp_path))
     with pytest.raises(ConfigurationError, match="pins sha256 ce0cca1eaeea… but the path source is"):
         write_lock(matrix.model_copy(update={"kernels": pinned}), tmp_path / "attnforge.lock")
+
+
+def test_an_nvcc_wrapper_on_path_is_not_taken_for_cuda_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attnforge.backends.local import find_nvcc
+
+    wrapper = tmp_path / "bin" / "nvcc"  # like /usr/local/bin/nvcc here: `exec /usr/local/cuda-13.0/bin/nvcc`
+    wrapper.parent.mkdir()
+    wrapper.write_text('#!/bin/sh\nexec /usr/local/cuda/bin/nvcc "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.setenv("PATH", f"{wrapper.parent}:/usr/bin:/bin")
+    assert find_nvcc() != wrapper
+    toolkit = tmp_path / "cuda"
+    (toolkit / "include").mkdir(parents=True)
+    (toolkit / "include" / "cuda_runtime_api.h").write_text("")
+    (toolkit / "bin").mkdir()
+    (toolkit / "bin" / "nvcc").write_text("")
+    monkeypatch.setenv("CUDA_HOME", str(toolkit))
+    assert find_nvcc() == toolkit / "bin" / "nvcc"

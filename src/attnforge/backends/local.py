@@ -20,13 +20,19 @@ BUILDER = ["-m", "attnforge.builder"]
 
 
 def find_nvcc() -> Path | None:
-    """nvcc from CUDA_HOME, then PATH, then /usr/local/cuda."""
+    """nvcc of a toolkit (its home has include/cuda_runtime_api.h) from CUDA_HOME, then PATH, then
+    /usr/local/cuda. A wrapper script on PATH (here: /usr/local/bin/nvcc exec-ing the real one) is passed over,
+    since its parent's parent is not a CUDA_HOME: torch would take /usr/local and miss the CUDA headers."""
     for candidate in (
         Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc" if os.environ.get("CUDA_HOME") else None,
         Path(shutil.which("nvcc") or "/nonexistent"),
         Path("/usr/local/cuda/bin/nvcc"),
     ):
-        if candidate and candidate.exists():
+        if (
+            candidate
+            and candidate.exists()
+            and (candidate.parent.parent / "include" / "cuda_runtime_api.h").exists()
+        ):
             return candidate
     return None
 
