@@ -205,3 +205,18 @@ def test_an_nvcc_wrapper_on_path_is_not_taken_for_cuda_home(
     (toolkit / "bin" / "nvcc").write_text("")
     monkeypatch.setenv("CUDA_HOME", str(toolkit))
     assert find_nvcc() == toolkit / "bin" / "nvcc"
+
+
+def test_fa3_ninja_rules_are_counted(tmp_path: Path) -> None:
+    from attnforge.builder.ninja import count_ninja_units
+
+    temp = tmp_path / "build" / "temp.linux-x86_64-cpython-312"
+    temp.mkdir(parents=True)
+    (temp / "build.ninja").write_text(  # the rules hopper/setup.py's _write_ninja_file emits
+        "build a/flash_api_stable.o: compile a/flash_api_stable.cpp\n"
+        "build a/flash_fwd_hdim64_bf16_sm90.o: cuda_compile a/flash_fwd_hdim64_bf16_sm90.cu\n"
+        "build a/flash_fwd_hdim64_bf16_sm80.o: cuda_compile_sm80 a/flash_fwd_hdim64_bf16_sm80.cu\n"
+        "build a/flash_prepare_scheduler.o: cuda_compile_sm80_sm90 a/flash_prepare_scheduler.cu\n"
+        "build x.so: link a/flash_api_stable.o\n"
+    )
+    assert count_ninja_units(tmp_path, "cpython-312") == 4
