@@ -1,9 +1,11 @@
-"""Attention throughput on one GPU: the built flash-attn vs SDPA (flash, cuDNN) vs compiled FlexAttention.
+"""Attention throughput on one GPU: the built flash-attn (FA2, impl "flash_attn") and FlashAttention-3 (impl
+"fa3", `flash_attn_interface`) vs SDPA (flash, cuDNN) vs compiled FlexAttention.
 
 Forward and forward+backward TFLOP/s (bf16) at B*S = 16k-32k tokens, H 16-32, D 64/128, causal and not.
 FLOPs: forward 4*B*H*S^2*D (halved when causal); forward+backward 3.5x that (backward = 2.5x forward).
 Times are medians of triton.testing.do_bench. Writes NAME.json ({"device", "rows": [{"impl", "causal", "pass",
-"tflops", ...}], "fa2_vs_sdpa_flash_fwd", "command", ...}), NAME.png and NAME.md into --out-dir.
+"tflops", ...}], "fa2_vs_sdpa_flash_fwd" (geomean), "fa3_vs_cudnn_fwd", "fa3_vs_fa2_fwd" (medians over the
+shapes x causal of the per-shape ratio; also for fwd+bwd), "command", ...}), NAME.png and NAME.md into --out-dir.
 
     python benchmarks/attention.py --out-dir benchmarks/results --name attention_h100
 """
@@ -14,6 +16,7 @@ import argparse
 import json
 import math
 import shlex
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -55,7 +58,7 @@ def measure(fn: Any, q: Any, k: Any, v: Any, go: Any, causal: bool, pass_: str) 
     return bench(step)
 
 
-def impls(fa_ok: Any) -> dict[str, Any]:
+def impls(fa_ok: Any, fa3: Any = None) -> dict[str, Any]:
     """name -> fn(q, k, v, causal) in (B, S, H, D) layout returning the output."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -64,6 +67,8 @@ def impls(fa_ok: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if fa_ok is not None:
         out["flash_attn"] = lambda q, k, v, c: fa_ok.flash_attn_func(q, k, v, causal=c)
+    if fa3 is not None:
+        out["fa3"] = lambda q, k, v, c: fa3.flash_attn_func(q, k, v, causal=c)
 
     def sdpa_with(backend: Any) -> Any:
         def run(q: Any, k: Any, v: Any, c: bool) -> Any:
@@ -99,7 +104,9 @@ def impls(fa_ok: Any) -> dict[str, Any]:
     return out
 
 
-def fa_profile(args: argparse.Namespace, version: str) -> Any:
+def fa_profile(
+    manifest: str | None, version: str, dist: str = "flash_attn", kernel: str = "flash-attn"
+) -> Any:
     """The wheel's profile (head dims, dtypes): calling an excluded head dim must not take the run down."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from attnforge.parity.profile import resolve
@@ -107,27 +114,41 @@ def fa_profile(args: argparse.Namespace, version: str) -> Any:
     try:
         from importlib.metadata import version as dist_version
 
-        version = dist_version("flash_attn")
+        version = dist_version(dist)
     except Exception:
         pass
     matrix = Path(__file__).resolve().parents[1] / "matrix.yaml"
-    return resolve(Path(args.manifest) if args.manifest else None, version, matrix)
+    return resolve(Path(manifest) if manifest else None, version, matrix, kernel)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     fa = None
     fa_version = None
-    prof = None
+    fa3 = None
+    fa3_version = None
+    profs: dict[str, Any] = {}
     if not args.no_flash_attn:
         try:
             import flash_attn
 
             fa, fa_version = flash_attn, flash_attn.__version__
-            prof = fa_profile(args, fa_version)
-            print(f"flash_attn {fa_version}: {prof.describe()}", flush=True)
+            profs["flash_attn"] = fa_profile(args.manifest, fa_version)
+            print(f"flash_attn {fa_version}: {profs['flash_attn'].describe()}", flush=True)
         except Exception as exc:
             print(f"flash_attn not available: {exc}", flush=True)
-    fns = impls(fa)
+    if not args.no_fa3:
+        try:
+            import flash_attn_interface
+
+            fa3, fa3_version = flash_attn_interface, "?"
+            profs["fa3"] = fa_profile(args.fa3_manifest, "", "flash_attn_3", "flash-attn-3")
+            from importlib.metadata import version as dist_version
+
+            fa3_version = dist_version("flash_attn_3")
+            print(f"flash_attn_3 {fa3_version}: {profs['fa3'].describe()}", flush=True)
+        except Exception as exc:
+            print(f"flash_attn_interface (FA3) not available: {exc}", flush=True)
+    fns = impls(fa, fa3)
     if args.impls:
         fns = {k: v for k, v in fns.items() if k in args.impls.split(",")}
     rows: list[dict[str, Any]] = []
@@ -140,11 +161,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for name, fn in fns.items():
                 for pass_ in PASSES:
                     shape = f"b{b} s{s} h{h} d{d}"
-                    if (
-                        name == "flash_attn"
-                        and prof is not None
-                        and (d not in prof.head_dims or "bf16" not in prof.dtypes)
-                    ):
+                    prof = profs.get(name)
+                    if prof is not None and (d not in prof.head_dims or "bf16" not in prof.dtypes):
                         rows.append({"impl": name, "causal": causal, "pass": pass_, "tflops": None, "shape": shape,
                                      "error": f"not in the wheel's profile ({prof.describe()})"})  # fmt: skip
                         continue
@@ -165,17 +183,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "device": torch.cuda.get_device_name(),
         "rows": rows,
         "fa2_vs_sdpa_flash_fwd": ratio(rows, "flash_attn", "sdpa_flash", "fwd"),
+        "fa3_vs_cudnn_fwd": median_ratio(rows, "fa3", "sdpa_cudnn", "fwd"),
+        "fa3_vs_fa2_fwd": median_ratio(rows, "fa3", "flash_attn", "fwd"),
+        "fa3_vs_cudnn_fwdbwd": median_ratio(rows, "fa3", "sdpa_cudnn", "fwd+bwd"),
+        "fa3_vs_fa2_fwdbwd": median_ratio(rows, "fa3", "flash_attn", "fwd+bwd"),
+        "ratio_rule": "fa2_vs_sdpa_flash_fwd: geometric mean; fa3_vs_*: median over (shape, causal) of the ratio",
         "command": args.command,
         "torch": torch.__version__,
         "flash_attn": fa_version,
+        "flash_attn_3": fa3_version,
         "dtype": "bf16",
         "flops_rule": "fwd 4*B*H*S^2*D (x0.5 causal); fwd+bwd x3.5",
         "timing": "triton.testing.do_bench median, warmup 10 ms, rep 50 ms",
     }
 
 
-def ratio(rows: list[dict[str, Any]], a: str, b: str, pass_: str) -> float | None:
-    """Geometric mean over (shape, causal) of a's TFLOP/s over b's."""
+def ratios(rows: list[dict[str, Any]], a: str, b: str, pass_: str) -> list[float]:
+    """a's TFLOP/s over b's for every (shape, causal) both measured."""
     vals = []
     for r in rows:
         if r["impl"] != a or r["pass"] != pass_ or not r.get("tflops"):
@@ -184,7 +208,19 @@ def ratio(rows: list[dict[str, Any]], a: str, b: str, pass_: str) -> float | Non
                       and x["shape"] == r["shape"] and x.get("tflops")), None)  # fmt: skip
         if other:
             vals.append(r["tflops"] / other["tflops"])
+    return vals
+
+
+def ratio(rows: list[dict[str, Any]], a: str, b: str, pass_: str) -> float | None:
+    """Geometric mean over (shape, causal) of a's TFLOP/s over b's."""
+    vals = ratios(rows, a, b, pass_)
     return round(math.exp(sum(map(math.log, vals)) / len(vals)), 3) if vals else None
+
+
+def median_ratio(rows: list[dict[str, Any]], a: str, b: str, pass_: str) -> float | None:
+    """Median over (shape, causal) of a's TFLOP/s over b's."""
+    vals = ratios(rows, a, b, pass_)
+    return round(statistics.median(vals), 3) if vals else None
 
 
 def markdown(res: dict[str, Any]) -> str:
@@ -193,6 +229,8 @@ def markdown(res: dict[str, Any]) -> str:
              f"torch {res['torch']}, flash_attn {res['flash_attn'] or '-'}, bf16. {res['flops_rule']}; "
              f"{res['timing']}.", "", f"flash_attn / SDPA flash, forward (geomean): "
              f"**{res['fa2_vs_sdpa_flash_fwd'] if res['fa2_vs_sdpa_flash_fwd'] is not None else '-'}**", "",
+             f"FA3 ({res.get('flash_attn_3') or '-'}) / cuDNN, forward (median): **{res.get('fa3_vs_cudnn_fwd') or '-'}**; "
+             f"FA3 / flash_attn (FA2), forward (median): **{res.get('fa3_vs_fa2_fwd') or '-'}**", "",
              f"Command: `{res['command']}`", "",
              "| shape | causal | pass | " + " | ".join(impl_names) + " |",
              "|---|---|---|" + "---:|" * len(impl_names)]  # fmt: skip
@@ -259,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--impls", default="", help="comma list to keep (default all)")
     ap.add_argument("--no-flash-attn", action="store_true")
     ap.add_argument("--manifest", help="the flash-attn wheel's manifest (its head dims and dtypes)")
+    ap.add_argument("--no-fa3", action="store_true", help="leave FlashAttention-3 out even when installed")
+    ap.add_argument("--fa3-manifest", help="the flash-attn-3 wheel's manifest (its head dims and dtypes)")
     args = ap.parse_args(argv)
     args.command = "python " + " ".join(
         shlex.quote(a) for a in [sys.argv[0], *(argv if argv is not None else sys.argv[1:])]

@@ -43,6 +43,12 @@ def import_names(kernel: str) -> list[str]:
     return list(facts(kernel)["import_names"])
 
 
+def modules(kernel: str) -> dict[str, str]:
+    """What an image's smoke test imports for a kernel: distribution, compiled extension, API module."""
+    f = facts(kernel)
+    return {"dist": str(f["dist"]), "extension": str(f["extension"]), "api": str(f["api"])}
+
+
 def all_features() -> tuple[str, ...]:
     """Every feature name any kernel's profile may disable (the schema's vocabulary)."""
     return tuple(dict.fromkeys(f for k in KERNELS for f in features(k)))

@@ -42,7 +42,9 @@ def test_objects_are_saved_once_and_replaced_when_built_for_something_else(tmp_p
     assert not list(tmp_path.glob("objects.stale*"))
 
 
-def test_a_wrapper_script_on_path_is_not_a_toolkit_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_wrapper_script_on_path_is_not_a_toolkit_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     toolkit = tmp_path / "cuda-13.0"
     (toolkit / "bin").mkdir(parents=True)
     (toolkit / "include").mkdir()

@@ -134,6 +134,9 @@ def test_runtime_request_from_manifest(tmp_path: Path) -> None:
         "torch": "2.14.1+cu130",
         "flash_attn": "2.8.3+cu130torch2.14cxx11abiTRUE.fwd128",
         "kind": "runtime",
+        "dist": "flash_attn",
+        "extension": "flash_attn_2_cuda",
+        "api": "flash_attn",
     }
     assert req.spec.parity == "passed (H100)"
 
@@ -381,3 +384,25 @@ def test_image_set_orders_immutable_tags_before_aliases() -> None:
     )
     assert [t for t, _ in s.tags()] == ["t1", "t2", "a1"]
     assert ImageSet.from_json(json.loads(json.dumps(s.to_json()))).images[0].aliases == ["a1"]
+
+
+def test_fa3_image_names_and_smoke_imports() -> None:
+    from attnforge.images.naming import ImageSpec
+    from attnforge.images.smoke_script import arch_fits
+    from attnforge.kernels import modules
+
+    spec = ImageSpec(kind="runtime", kernel="flash-attn-3", kernel_version="3.0.0",
+                     dist_version="3.0.0+cu130sm90atorch2.9abi3.fa3hd64128", variant="cu130-sm90a-torch2.9abi3",
+                     python="3.12", toolkit="cuda13.0", torch="2.11.0+cu130", arches=("sm_90a",),
+                     profile="fa3hd64128", profile_tag="fa3hd64128")  # fmt: skip
+    assert spec.tag == "flash-attn-3-3.0.0-cu130-sm90a-torch2.9abi3-fa3hd64128-py3.12"
+    assert modules("flash-attn-3") == {
+        "dist": "flash_attn_3",
+        "extension": "flash_attn_3._C",
+        "api": "flash_attn_interface",
+    }
+    assert (
+        arch_fits("sm_90", ["sm_90a"])
+        and not arch_fits("sm_100", ["sm_90a"])
+        and not arch_fits("sm_89", ["sm_90a"])
+    )

@@ -47,6 +47,9 @@ def test_product_and_names(mini_compat: CompatData) -> None:
         "cells": 2,
         "valid": 2,
         "invalid": 0,
+        "wheels": 2,
+        "served_by_another_wheel": 0,
+        "wheels_by_kernel": {"flash-attn": 2},
         "kernel_sets": 1,
         "variants": ["cu130-torch2.14"],
     }

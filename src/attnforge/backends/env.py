@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..engine.progress import ProgressView
 from ..errors import ConfigurationError, EnvironmentProblem
-from ..install.which import Env, run_probe
+from ..install.which import Env, arch_runs_on, run_probe
 from ..matrix.cell import Cell, Toolkit
 from ..matrix.plan import make_cell
 from ..matrix.rules import ENVIRONMENT_ANSWERS, check
@@ -91,11 +91,18 @@ class EnvBackend(LocalBackend):
 def template_cell(
     project: Project, env: Env, profile: str | None, arches: list[str], kernel: str | None
 ) -> Cell:
-    """A cell of the matrix's kernel and `profile` (default: `defaults.profile`) for `arches` (default:
-    this machine's GPUs), before it is aimed at the environment."""
+    """A cell of `kernel` (default: the matrix's `defaults.kernel`) and `profile` (default:
+    `defaults.profile`) for `arches` (default: this machine's GPUs, as the kernel compiles them: FA3 builds
+    sm_90a for an sm_90 GPU), before it is aimed at the environment."""
     matrix = project.matrix
     defaults = matrix.defaults.given()
-    chosen = arches or sorted(set(env.gpus))
+    kernel = kernel or defaults.get("kernel", "flash-attn")
+    if kernel not in matrix.kernels:
+        raise ConfigurationError(
+            f"--kernel {kernel}: not declared under 'kernels' in {project.matrix_path} "
+            f"(declared: {', '.join(matrix.kernels)})"
+        )
+    chosen = arches or kernel_arches(project, kernel, sorted(set(env.gpus)))
     if not chosen:
         raise ConfigurationError(
             "no --arch given and no GPU visible to this torch: name the arches (--arch sm_90)"
@@ -103,11 +110,21 @@ def template_cell(
     assert env.accel is not None and env.torch is not None
     accel = env.accel
     toolkit = f"cuda{accel[2:-1]}.{accel[-1]}" if accel.startswith("cu") else accel
-    combo = {**defaults, "kernel": kernel or defaults.get("kernel", "flash-attn"),
+    combo = {**defaults, "kernel": kernel,
              "profile": profile or defaults.get("profile", "full"), "arch": chosen, "toolkit": toolkit,
              "torch": env.torch.split("+")[0], "python": env.python, "cxx11_abi": bool(env.cxx11_abi),
              "platform": defaults.get("platform", "x86_64")}  # fmt: skip
     return make_cell(combo, matrix, project.compat, project.lock)
+
+
+def kernel_arches(project: Project, kernel: str, gpus: list[str]) -> list[str]:
+    """The arches to compile for these GPUs: the GPUs' own, or for a kernel with a fixed arch list (FA3) the
+    ones of that list that run on them plus those it always compiles."""
+    row = project.compat.kernel_release(kernel, project.matrix.kernels[kernel].version)
+    if not gpus or row is None or not row.arches:
+        return gpus
+    fits = {a for a in row.arches for g in gpus if arch_runs_on(a, g)}
+    return sorted(fits | set(row.required_arches))
 
 
 def environment_cells(project: Project, env: Env, templates: list[Cell]) -> list[Cell]:

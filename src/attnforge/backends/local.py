@@ -29,7 +29,11 @@ def find_nvcc() -> Path | None:
         Path("/usr/local/cuda/bin/nvcc"),
         Path(on_path).resolve() if on_path else None,
     ):
-        if candidate and candidate.is_file() and (candidate.parent.parent / "include" / "cuda_runtime.h").is_file():
+        if (
+            candidate
+            and candidate.is_file()
+            and (candidate.parent.parent / "include" / "cuda_runtime.h").is_file()
+        ):
             return candidate
     return None
 

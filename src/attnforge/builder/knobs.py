@@ -1,5 +1,6 @@
-"""The environment a kernel's setup.py builds under: flash-attn's knobs, the setup hook's, the toolkit's,
-ccache's, and the ROCm backends' (CK, Triton). Every knob comes from a spec field; nothing else is read."""
+"""The environment a kernel's setup.py builds under: flash-attn's knobs, the setup hook's, FlashAttention-3's
+switches, the toolkit's, ccache's, and the ROCm backends' (CK, Triton). Every knob comes from a spec field;
+nothing else is read."""
 
 from __future__ import annotations
 
@@ -89,6 +90,73 @@ def flash_attn_env(spec: BuildSpec, nums: list[str], prebuilt: Path | None) -> d
     return env
 
 
+# hopper/setup.py's FLASH_ATTENTION_DISABLE_<X> switches (all of them, set TRUE or FALSE on every build so a
+# variable left in the caller's environment cannot change the wheel) and its head dims. The same names as
+# attnforge's kernels.json (`features`, `head_dims` of flash-attn-3); a unit test keeps them equal.
+FA3_HEAD_DIMS: tuple[int, ...] = (64, 96, 128, 192, 256)
+FA3_FEATURES: tuple[str, ...] = (
+    "backward", "split", "pagedkv", "appendkv", "local", "softcap", "packgqa", "varlen", "cluster", "sm80",
+    "hdimdiff64", "hdimdiff192",
+)  # fmt: skip
+FA3_SWITCHES: tuple[str, ...] = (
+    *(f.upper() for f in FA3_FEATURES), "FP16", "FP8", *(f"HDIM{d}" for d in FA3_HEAD_DIMS),
+)  # fmt: skip
+FA3_ARCHES = {"80": "sm_80", "90a": "sm_90a"}  # what hopper/setup.py compiles: sm_90a always, sm_80 optional
+
+
+def fa3_disabled(spec: BuildSpec, nums: list[str]) -> list[str]:
+    """The FLASH_ATTENTION_DISABLE_<X> switches a spec turns on (``fa3_switches``)."""
+    return fa3_switches(list(spec.disable), spec.head_dims, spec.dtypes, nums)
+
+
+def fa3_switches(disable: list[str], head_dims: list[int] | None, dtypes: list[str] | None,
+                 nums: list[str]) -> list[str]:  # fmt: skip
+    """The FLASH_ATTENTION_DISABLE_<X> switches for a profile: its ``disable`` features, the head dims and
+    dtypes it leaves out (a left-out 64 or 192 also drops the 64x256/64x512 and 192x128 V-dim variants), and
+    SM80 unless sm_80 ("80") is among the arch numbers. BuildFailure(EXIT_CONFIG) for what FA3 cannot do.
+    The parity suite sets the same variables for upstream's tests."""
+    unknown = [f for f in disable if f not in FA3_FEATURES]
+    if unknown:
+        raise BuildFailure(EXIT_CONFIG, f"flash-attn-3 has no switch for {', '.join(unknown)} "
+                           f"(features: {', '.join(FA3_FEATURES)})")  # fmt: skip
+    bad = [n for n in nums if n not in FA3_ARCHES]
+    if bad or "90a" not in nums:
+        raise BuildFailure(EXIT_CONFIG, f"flash-attn-3 compiles sm_90a (always) and sm_80 (optional), not "
+                           f"{', '.join('sm_' + n for n in nums) or 'no arch'}")  # fmt: skip
+    off = {f.upper() for f in disable}
+    if head_dims is not None:
+        dims = set(head_dims)
+        if not dims <= set(FA3_HEAD_DIMS):
+            raise BuildFailure(EXIT_CONFIG, f"flash-attn-3 head dims are {FA3_HEAD_DIMS}, not {sorted(dims)}")
+        off |= {f"HDIM{d}" for d in FA3_HEAD_DIMS if d not in dims}
+        off |= {f"HDIMDIFF{d}" for d in (64, 192) if d not in dims}
+    if dtypes is not None:
+        if "bf16" not in dtypes or not set(dtypes) <= {"bf16", "fp16", "fp8"}:
+            raise BuildFailure(EXIT_CONFIG, f"flash-attn-3 always compiles bf16 (fp16 and fp8 optional), "
+                               f"not dtypes {dtypes}")  # fmt: skip
+        off |= {name for name, dt in (("FP16", "fp16"), ("FP8", "fp8")) if dt not in dtypes}
+    if "80" not in nums:
+        off.add("SM80")
+    return sorted(off)
+
+
+def flash_attn3_env(spec: BuildSpec, nums: list[str]) -> dict[str, str]:
+    """FlashAttention-3's hopper/setup.py knobs: compile (never fetch a wheel), every switch set."""
+    off = fa3_disabled(spec, nums)
+    env = {
+        "FLASH_ATTENTION_FORCE_BUILD": "TRUE",
+        "FLASH_ATTENTION_SKIP_CUDA_BUILD": "FALSE",
+        "FLASH_ATTENTION_TRITON_AMD_ENABLE": "FALSE",
+        "BUILD_TARGET": "cuda",
+        "FLASH_ATTENTION_FORCE_CXX11_ABI": "TRUE" if spec.cxx11_abi else "FALSE",
+        "FLASH_ATTENTION_ENABLE_VCOLMAJOR": "FALSE",
+    }
+    env.update({f"FLASH_ATTENTION_DISABLE_{s}": "TRUE" if s in off else "FALSE" for s in FA3_SWITCHES})
+    if spec.local_version:
+        env["FLASH_ATTN_LOCAL_VERSION"] = spec.local_version
+    return env
+
+
 def cuda_home(env: dict[str, str]) -> str | None:
     """CUDA_HOME, else /usr/local/cuda when it exists."""
     return env.get("CUDA_HOME") or ("/usr/local/cuda" if os.path.isdir("/usr/local/cuda") else None)
@@ -122,6 +190,8 @@ def build_env(spec: BuildSpec, vpy: str, tree: Path, epoch: int, max_jobs: int, 
         env["NVCC_APPEND_FLAGS"] = spec.nvcc_append_flags
     if spec.kernel == "flash-attn":
         env.update(flash_attn_env(spec, nums, prebuilt))
+    elif spec.kernel == "flash-attn-3":
+        env.update(flash_attn3_env(spec, nums))
     if spec.ccache_dir and shutil.which("ccache", path=env["PATH"]):
         env.update({"CCACHE_DIR": spec.ccache_dir, "CCACHE_MAXSIZE": "20G", "CCACHE_BASEDIR": str(tree),
                     "CCACHE_NOHASHDIR": "true", "CCACHE_COMPILERCHECK": "content"})  # fmt: skip

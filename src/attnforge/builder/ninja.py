@@ -134,7 +134,8 @@ def count_ninja_units(tree: Path, py_tag: str) -> int | None:
     if temp is None or not (temp / "build.ninja").is_file():
         return None
     text = (temp / "build.ninja").read_text(encoding="utf-8", errors="replace")
-    return len(re.findall(r"^build \S+\.o: (?:cuda_)?compile ", text, re.MULTILINE))
+    # torch's rules (compile, cuda_compile) and FA3's own per-arch ones (cuda_compile_sm80_sm90, ...)
+    return len(re.findall(r"^build \S+\.o: (?:cuda_)?compile(?:_\w+)? ", text, re.MULTILINE))
 
 
 def unit_times(tree: Path, py_tag: str) -> dict[str, dict[str, float]]:

@@ -21,6 +21,10 @@ from .spec import BuildSpec
 PATCHES_DIR = Path(__file__).resolve().parent / "patches"
 HOOK_PATCH = "setup-hooks"  # the setup hook: source pruning, profile macros, prebuilt objects, unit order
 DISPATCH_PATCH = "dispatch-subset"  # flash_api.cpp dispatches only to compiled head dims and dtypes
+FA3_OFFLINE_PATCH = (
+    "fa3-offline"  # FA3's hopper/setup.py: no submodule update, toolkit download or wheel lookup
+)
+FA3_GUARD_PATCH = "fa3-dispatch-guard"  # FA3's mha_fwd refuses a V head dim it has no kernel for
 
 
 def patches_dir() -> Path:
@@ -28,8 +32,11 @@ def patches_dir() -> Path:
 
 
 def resolve_patches(spec: BuildSpec) -> list[str]:
-    """Patch names in application order, with the FA2 hook patches added when the spec needs them."""
+    """Patch names in application order: the FA2 hook patches when the spec needs them, FA3's offline and
+    dispatch-guard patches always."""
     names = list(spec.patches)
+    if spec.kernel == "flash-attn-3":
+        names += [p for p in (FA3_OFFLINE_PATCH, FA3_GUARD_PATCH) if p not in names]
     if spec.kernel == "flash-attn" and not spec.pure_python:
         profile = bool(spec.head_dims or spec.dtypes or not spec.backward)
         if (
@@ -104,4 +111,4 @@ def apply_patch(top: Path, pdir: Path, name: str, spec: BuildSpec, rep: Reporter
         else:
             raise BuildFailure(EXIT_CONFIG, f"{where}: unknown op")
         target.write_text(new, encoding="utf-8")
-    rep.line(f"attnforge: applied patch {name}")
+    rep.line(f"attnforge: applied patch {name}" + (f": {data['log']}" if data.get("log") else ""))

@@ -182,6 +182,11 @@ def cibuildwheel_config(
     configures every pip in the container (before-build and the test venv: air-gapped mirrors). `env` is
     applied last.
     """
+    if cell.kernel != "flash-attn":
+        raise ConfigurationError(
+            f"{cell.id}: the cibuildwheel export maps flash-attn (FA2) cells only; build {cell.kernel} with "
+            "`attnforge build` (docs/fa3.md)"
+        )
     if cell.platform != "x86_64":
         raise ConfigurationError(f"{cell.id}: only x86_64 cells are mapped to cibuildwheel so far")
     tk = cell.toolkit

@@ -42,20 +42,20 @@ def cells_to_build(project: Project, target: str | None, ids: list[str]) -> list
 
 
 def environment_build(project: Project, python: str, target: str | None, ids: list[str], profile: str | None,
-                      arches: list[str]) -> tuple[EnvBackend, list[Cell]]:  # fmt: skip
+                      arches: list[str], kernel: str | None = None) -> tuple[EnvBackend, list[Cell]]:  # fmt: skip
     """The env backend for `python` and the cells to build against its torch: the kernel, profile and
-    arches of --target/--cell, or of --profile/--arch (default: the matrix's default profile, this
-    machine's GPUs)."""
+    arches of --target/--cell, or of --kernel/--profile/--arch (default: the matrix's default kernel and
+    profile, this machine's GPUs)."""
     python = os.path.abspath(python)  # not resolved: a venv's python is a link to its base interpreter
     env = read_environment(python)
     if target is not None or ids:
-        if profile or arches:
+        if profile or arches or kernel:
             raise ConfigurationError(
-                "--profile/--arch and --target/--cell both name what to compile: give one"
+                "--kernel/--profile/--arch and --target/--cell both name what to compile: give one"
             )
         templates = cells_to_build(project, target, ids)
     else:
-        templates = [template_cell(project, env, profile, arches, None)]
+        templates = [template_cell(project, env, profile, arches, kernel)]
     return EnvBackend(python, env), environment_cells(project, env, templates)
 
 
@@ -92,6 +92,11 @@ def summary_table(results: list[CellResult]) -> Table:
     "installed; torch, CUDA/ROCm, ABI and Python come from it (backend env).",
 )
 @click.option(
+    "--kernel",
+    default=None,
+    help="With --python: the kernel to build (flash-attn, flash-attn-3) [default: defaults.kernel].",
+)
+@click.option(
     "--profile", default=None, help="With --python: the profile to compile [default: defaults.profile]."
 )
 @click.option(
@@ -123,6 +128,7 @@ def command(
     cells: tuple[str, ...],
     backend: str | None,
     python: str | None,
+    kernel: str | None,
     profile: str | None,
     arches: tuple[str, ...],
     force: bool,
@@ -148,10 +154,12 @@ def command(
     if python is not None:
         if backend not in (None, "env"):
             raise ConfigurationError(f"--python builds with the env backend, not --backend {backend}")
-        env_backend, chosen = environment_build(project, python, target, list(cells), profile, list(arches))
-    elif profile or arches:
+        env_backend, chosen = environment_build(
+            project, python, target, list(cells), profile, list(arches), kernel
+        )
+    elif profile or arches or kernel:
         raise ConfigurationError(
-            "--profile and --arch go with --python; a matrix build takes them from --target/--cell"
+            "--kernel, --profile and --arch go with --python; a matrix build takes them from --target/--cell"
         )
     else:
         chosen = cells_to_build(project, target, list(cells))

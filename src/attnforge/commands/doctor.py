@@ -7,6 +7,7 @@ import json
 import click
 
 from ..errors import EnvironmentProblem
+from ..kernels import KERNELS
 
 _STYLE = {"ok": "green", "fail": "red", "warn": "yellow", "skip": "blue"}
 
@@ -14,14 +15,17 @@ _STYLE = {"ok": "green", "fail": "red", "warn": "yellow", "skip": "blue"}
 @click.command("doctor")
 @click.option("--python", "python", help="Inspect this interpreter's environment (default: attnforge's own).")
 @click.option("--json", "as_json", is_flag=True, help="Print the probe and the checks as JSON.")
-def command(python: str | None, as_json: bool) -> None:
-    """Load flash_attn_2_cuda and compare the wheel's recorded build with this environment.
+@click.option("--kernel", type=click.Choice(KERNELS), default="flash-attn", show_default=True,
+              help="The installed kernel package to check (flash-attn-3: imports flash_attn_interface).")  # fmt: skip
+def command(python: str | None, as_json: bool, kernel: str) -> None:
+    """Load the kernel's extension (flash_attn_2_cuda, FA3's flash_attn_interface) and compare the wheel's
+    recorded build with this environment.
 
     Exit 5 when a check fails (torch or ABI mismatch, extension not loading, GPU arch not compiled).
     """
     from ..install.doctor import run_doctor
 
-    data, checks = run_doctor(python)
+    data, checks = run_doctor(python, kernel)
     if as_json:
         click.echo(json.dumps({"probe": data, "checks": [c.__dict__ for c in checks]}, indent=2))
     else:

@@ -1,4 +1,4 @@
-"""`attnforge lock`: pin every kernel sdist's sha256 (from the index) in attnforge.lock."""
+"""`attnforge lock`: pin every kernel's source in attnforge.lock (sdist/url/path sha256, git commit)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,15 @@ from ..project import Project
 @click.command("lock")
 @click.pass_obj
 def command(project: Project) -> None:
-    """Resolve each pypi-sdist kernel on PyPI and write its URL and sha256 to attnforge.lock.
+    """Pin each kernel's source in attnforge.lock: a pypi-sdist's URL and sha256 (from the index), a url or
+    path archive's sha256, a git ref's commit.
 
-    Builds verify the downloaded sdist against this pin, so a changed upstream file is caught
-    before anything compiles. A pin in matrix.yaml (kernels.<name>.source.sha256) wins.
+    Builds verify the source against this pin, so a changed upstream file is caught before anything
+    compiles. A pin in matrix.yaml (kernels.<name>.source.sha256) wins and must agree.
     """
     lock = write_lock(project.matrix, project.lock_path)
     for kernel, versions in lock.items():
         for version, entry in versions.items():
-            click.echo(f"{kernel} {version}: sha256 {entry['sha256']}")
+            pin = f"sha256 {entry['sha256']}" if "sha256" in entry else f"commit {entry['commit']}"
+            click.echo(f"{kernel} {version}: {pin}")
     click.echo(f"wrote {project.lock_path}")

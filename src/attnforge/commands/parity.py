@@ -29,6 +29,8 @@ def command() -> None:
 @click.option("--manifest", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="The wheel's manifest (default: <wheel>.manifest.json when present).")  # fmt: skip
 @click.option("--out", type=click.Path(path_type=Path), default=Path("reports/gpu"), show_default=True)
+@click.option("--stem", default="parity", show_default=True,
+              help="Report names in --out: STEM.json, STEM.md, STEM.junit.xml (e.g. fa3_parity).")  # fmt: skip
 @click.option("--suites", default="flash,flex,sdpa,hf", show_default=True)
 @click.option("--quick", is_flag=True, help="One head dim per dtype; bf16-only Flex.")
 @click.option("--record/--no-record", default=True, show_default=True,
@@ -36,10 +38,23 @@ def command() -> None:
 @click.option(
     "--venv", "venv_dir", type=click.Path(path_type=Path), help="Where to make the venv (default: temp)."
 )
+@click.option("--with", "extra", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Another wheel to install into the venv beside the one under test (offline, no deps; e.g. "
+              "pytest and einops for FA3's upstream tests). Repeatable.")  # fmt: skip
+@click.option("--upstream-tests", type=click.Path(exists=True, path_type=Path),
+              help="FA3: the source archive (or hopper/ folder) whose test_flash_attn.py is sampled.")  # fmt: skip
+@click.option("--upstream-sample", type=click.IntRange(1), default=120, show_default=True,
+              help="FA3: how many of upstream's tests to run (a fixed-seed sample).")  # fmt: skip
+@click.option("--upstream-budget", type=click.FloatRange(10), default=300.0, show_default=True,
+              help="FA3: seconds the upstream sample may take (the rest counts as not run).")  # fmt: skip
 @click.pass_obj
-def run(project: Project, wheel: Path | None, manifest: Path | None, out: Path, suites: str, quick: bool,
-        record: bool, venv_dir: Path | None) -> None:  # fmt: skip
-    """Run the parity suites on this machine's GPU; GPU-less machines get an all-skipped report (exit 5)."""
+def run(project: Project, wheel: Path | None, manifest: Path | None, out: Path, stem: str, suites: str, quick: bool,
+        record: bool, venv_dir: Path | None, extra: tuple[Path, ...], upstream_tests: Path | None,
+        upstream_sample: int, upstream_budget: float) -> None:  # fmt: skip
+    """Run the parity suites on this machine's GPU; GPU-less machines get an all-skipped report (exit 5).
+
+    The wheel's manifest names its kernel: a flash-attn-3 wheel runs FA3's cases (flash_attn_interface) and,
+    with --upstream-tests, a sample of upstream's hopper/test_flash_attn.py."""
     from ..parity.venv import install, make_venv
 
     if manifest is None and wheel is not None:
@@ -52,12 +67,12 @@ def run(project: Project, wheel: Path | None, manifest: Path | None, out: Path, 
             tmp = tempfile.TemporaryDirectory(prefix="attnforge-parity-")
             venv_dir = Path(tmp.name) / "venv"
         vpy = make_venv(venv_dir)
-        install(vpy, [wheel])
+        install(vpy, [wheel, *extra])
         python = str(vpy)
     src = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
-    cmd = [python, "-m", "attnforge.parity.runner", "--out", str(out), "--suites", suites,
+    cmd = [python, "-m", "attnforge.parity.runner", "--out", str(out), "--stem", stem, "--suites", suites,
            "--matrix", str(project.matrix_path)]  # fmt: skip
     if wheel is not None:
         cmd += ["--wheel", wheel.name]
@@ -65,6 +80,9 @@ def run(project: Project, wheel: Path | None, manifest: Path | None, out: Path, 
         cmd += ["--manifest", str(manifest)] + (["--record"] if record else [])
     if quick:
         cmd.append("--quick")
+    if upstream_tests is not None:
+        cmd += ["--upstream-tests", str(upstream_tests.resolve()), "--upstream-sample", str(upstream_sample),
+                "--upstream-budget-s", str(upstream_budget)]  # fmt: skip
     try:
         code = subprocess.call(cmd, env=env)
     finally:
@@ -72,10 +90,10 @@ def run(project: Project, wheel: Path | None, manifest: Path | None, out: Path, 
             tmp.cleanup()
     if code == 5:
         raise EnvironmentProblem(
-            "no CUDA GPU visible: every parity case was skipped", hint=f"see {out}/parity.md"
+            "no CUDA GPU visible: every parity case was skipped", hint=f"see {out}/{stem}.md"
         )
     if code != 0:
-        raise TestFailure(f"parity failed (runner exit {code})", hint=f"see {out}/parity.md")
+        raise TestFailure(f"parity failed (runner exit {code})", hint=f"see {out}/{stem}.md")
 
 
 @command.command("record")

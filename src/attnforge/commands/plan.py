@@ -6,6 +6,7 @@ import json
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..matrix.plan import Plan
@@ -20,22 +21,29 @@ def render_table(plan: Plan, console: Console, show_invalid: bool = True) -> Non
     for v in plan.verdicts:
         if not v.valid and not show_invalid:
             continue
+        valid = "[green]yes[/]" if v.valid else "[red]no[/]"
         table.add_row(
             v.cell.id,
             v.cell.variant,
             v.cell.wheel_name if v.valid else "-",
             v.cell.kernel_set_key if v.valid else "-",
-            "[green]yes[/]" if v.valid else "[red]no[/]",
+            f"{valid} (wheel of {v.served_by})" if v.served_by else valid,
         )
     console.print(table)
     s = plan.summary()
+    per_kernel = ", ".join(f"{n} {k}" for k, n in s["wheels_by_kernel"].items()) or "none"
+    served = (
+        f" ({s['served_by_another_wheel']} cells share a stable-ABI wheel)"
+        if s["served_by_another_wheel"]
+        else ""
+    )
     console.print(
-        f"{s['cells']} cells: {s['valid']} valid, {s['invalid']} invalid; "
-        f"{s['kernel_sets']} distinct kernel-sets; variants: {', '.join(s['variants']) or '-'}"
+        f"{s['cells']} cells: {s['valid']} valid, {s['invalid']} invalid; {s['wheels']} wheels: {per_kernel}"
+        f"{served}; {s['kernel_sets']} distinct kernel-sets; variants: {', '.join(s['variants']) or '-'}"
     )
     if show_invalid:
         for v in plan.invalid:
-            console.print(f"[red]invalid[/] {v.cell.id}: {'; '.join(v.reasons())}", highlight=False)
+            console.print(f"[red]invalid[/] {v.cell.id}: {escape('; '.join(v.reasons()))}", highlight=False)
 
 
 @click.command("plan")

@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 
 from ..errors import EnvironmentProblem, TestFailure
+from ..kernels import KERNELS
 from ..matrix.cell import Cell
 from ..project import Project
 from ..runner.checks import CheckOptions
@@ -63,6 +64,8 @@ def command() -> None:
     help="Install this flash-attn wheel into a fresh venv and compare it with SDPA on each GPU.",
 )
 @click.option("--smoke-index", metavar="URL", help="As --smoke-wheel, with flash-attn from this index.")
+@click.option("--smoke-kernel", type=click.Choice(KERNELS), default="flash-attn", show_default=True,
+              help="With --smoke-index: the project to install (flash-attn-3 runs flash_attn_interface).")  # fmt: skip
 @click.option(
     "--cxx-probe/--no-cxx-probe",
     default=True,
@@ -88,6 +91,7 @@ def check(
     pythons: tuple[str, ...],
     smoke_wheel: Path | None,
     smoke_index: str | None,
+    smoke_kernel: str,
     cxx_probe: bool,
     replay: Path | None,
 ) -> None:
@@ -127,7 +131,7 @@ def check(
         matrix_note=note,
         cxx_probe=cxx_probe and replay is None,
     )
-    report = run_checks(host, opts, SmokeRequest(smoke_wheel, smoke_index))
+    report = run_checks(host, opts, SmokeRequest(smoke_wheel, smoke_index, smoke_kernel))
     render(report, Console())
     if json_path:
         json_path.parent.mkdir(parents=True, exist_ok=True)

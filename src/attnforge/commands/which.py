@@ -8,6 +8,7 @@ import os
 import click
 
 from ..errors import NothingToDoError
+from ..kernels import KERNELS
 
 
 @click.command("which")
@@ -20,7 +21,9 @@ from ..errors import NothingToDoError
 @click.option("--python", "python", help="Inspect this interpreter's environment (default: attnforge's own).")
 @click.option("--profile", help="Accept a lean profile's wheel (its local-version tag, e.g. infer).")
 @click.option("--json", "as_json", is_flag=True, help="Print the decision as JSON.")
-def command(index_url: str, python: str | None, profile: str | None, as_json: bool) -> None:
+@click.option("--kernel", type=click.Choice(KERNELS), default="flash-attn", show_default=True,
+              help="The project to look up in the index (flash-attn-3: stable-ABI wheels).")  # fmt: skip
+def command(index_url: str, python: str | None, profile: str | None, as_json: bool, kernel: str) -> None:
     """Print the pip command for the wheel that fits this environment, or why none fits (exit 3).
 
     Compared: Python, platform, torch release, the torch build's CUDA/ROCm, C++ ABI, profile and, with a
@@ -29,7 +32,7 @@ def command(index_url: str, python: str | None, profile: str | None, as_json: bo
     from ..install.which import Env, resolve, run_probe
 
     env = Env.from_probe(run_probe(python))
-    res = resolve(env, index_url, profile)
+    res = resolve(env, index_url, profile, kernel)
     if as_json:
         click.echo(json.dumps(res.to_json(), indent=2))
     else:

@@ -119,7 +119,9 @@ class Engine:
                 machine.cores, min(machine.memory_available_gb, self.memory_limit_gb), "--memory-limit"
             )
         res = self.project.matrix.build.resources
-        profile_class = "lean" if cell.profile_spec.disable else "full"
+        profile_class = (
+            "fa3" if cell.kernel == "flash-attn-3" else "lean" if cell.profile_spec.disable else "full"
+        )
         per_arch, _src = self.memory_table.per_arch_gb(str(cell.toolkit), profile_class)
         if res.memory_per_job_gb != "auto":
             per_arch = float(res.memory_per_job_gb)
@@ -341,7 +343,9 @@ class Engine:
             self.view.stage(cell.id, "finalizing")
             manifest = build_manifest(cell, built, result, job, self.backend_for(cell).name, seconds)
             final = finalize_built(built, manifest, staging, log=lambda m: self._log_line(job, m))
-            profile_class = "lean" if cell.profile_spec.disable else "full"
+            profile_class = (
+                "fa3" if cell.kernel == "flash-attn-3" else "lean" if cell.profile_spec.disable else "full"
+            )
             if result.get("peak_rss_gb") and compiled_kernels(result):
                 self.memory_table.record(
                     str(cell.toolkit), profile_class, float(result["peak_rss_gb"]), len(cell.arches), cell.id

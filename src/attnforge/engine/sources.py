@@ -1,8 +1,9 @@
-"""Kernel sources on the host: download once into the cache (PyPI sdists, URLs) or take a local archive,
-verify it against the pinned sha256, and hand the builder a `Source`."""
+"""Kernel sources on the host: download once into the cache (PyPI sdists, URLs), take a local archive, or pack
+a pinned git commit (`gitsource`), verify it against the pin, and hand the builder a `Source`."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import urllib.error
@@ -12,8 +13,9 @@ from pathlib import Path
 from ..builder.files import sha256_file
 from ..builder.spec import Source
 from ..errors import BuildError, ConfigurationError, EnvironmentProblem
-from ..matrix.lock import sdist_url
+from ..matrix.lock import sdist_url, source_path
 from ..matrix.schema import KernelSpec
+from .gitsource import git_archive
 
 
 def _download(url: str, dest: Path) -> None:
@@ -31,18 +33,20 @@ def _download(url: str, dest: Path) -> None:
 def fetch_source(
     kernel: str, spec: KernelSpec, expected_sha256: str | None, cache: Path, base: Path
 ) -> Source:
-    """A verified source archive for the kernel (pypi-sdist, url or path sources); git is refused here."""
+    """A verified source archive for the kernel. `expected_sha256` is the pin: an archive's sha256, or for a git
+    source its commit (the archive packed from it is recorded by its own sha256)."""
     src = spec.source
     if src.kind == "git":
-        raise ConfigurationError(
-            f"{kernel}: git sources are not fetched at build time (no network in builders): make an archive "
-            f"with `git archive` of {src.ref} and name it with source.kind 'path' (and its sha256)"
-        )
+        assert src.url is not None and src.ref is not None
+        if expected_sha256 is None or not re.fullmatch(r"[0-9a-f]{40}", expected_sha256):
+            raise ConfigurationError(
+                f"{kernel} {spec.version}: git ref {src.ref!r} is not pinned to a commit: run `attnforge lock` "
+                "or give the full commit as ref"
+            )
+        archive = git_archive(kernel, src.url, expected_sha256, cache)
+        return Source(path=str(archive), sha256=sha256_file(archive), url=None, subdir=src.subdir or "")
     if src.kind == "path":
-        assert src.path is not None
-        path = Path(src.path) if Path(src.path).is_absolute() else base / src.path
-        if not path.is_file():
-            raise ConfigurationError(f"{kernel}: source path {path} is not a source archive file")
+        path = source_path(kernel, src, base)
     else:
         name = Path(src.url).name if src.url else f"{kernel.replace('-', '_')}-{spec.version}.tar.gz"
         path = cache / "sources" / name

@@ -63,7 +63,10 @@ class ImageSpec:
 
     @property
     def tag(self) -> str:
-        return f"{self.kernel}{self.kernel_version}-{self.family}-py{self.python}"
+        """`flash-attn2.8.3-<family>-py3.12`; a kernel name ending in a digit gets a dash before the version
+        (`flash-attn-3-3.0.0-cu130-sm90a-torch2.9abi3-fa3hd64128-py3.12`)."""
+        sep = "-" if self.kernel[-1:].isdigit() else ""
+        return f"{self.kernel}{sep}{self.kernel_version}-{self.family}-py{self.python}"
 
     @property
     def alias(self) -> str:

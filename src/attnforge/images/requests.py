@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..kernels import modules
 from ..matrix.cell import Cell
 from ..matrix.compat import NgcRelease
 from .naming import ImageSpec, parity_text
@@ -119,7 +120,12 @@ def runtime_request(
         manifest=manifest,
         torch_requirement=torch_requirement(torch_built, variant, pypi_variant),
         torch_variant=variant,
-        expect={"torch": torch_built, "flash_attn": spec.dist_version, "kind": "runtime"},
+        expect={
+            "torch": torch_built,
+            "flash_attn": spec.dist_version,
+            "kind": "runtime",
+            **modules(spec.kernel),
+        },
     )
 
 

@@ -1,7 +1,8 @@
 """Smoke test run *inside* an attnforge image: `python /opt/attnforge/smoke.py --expect JSON`.
 
 Standard library and torch only (it must not import attnforge). Checks, in order: torch imports and is the
-expected build; flash_attn and its compiled `flash_attn_2_cuda` import; the arch list from the wheel's
+expected build; the kernel package and its compiled extension import (flash_attn and `flash_attn_2_cuda`;
+FA3: flash_attn_3, `flash_attn_3._C` and `flash_attn_interface`, from --expect's dist/extension/api); the arch list from the wheel's
 build record (or the image's manifest copy); a CPU-side call into the extension; `pip check` for
 flash-attn; NGC policy (bundled flash-attn replaced or kept); the Flex cache folder; and GPU parity
 against SDPA only when a GPU is visible. The last line is `@@attnforge-smoke {json}`; exit 0 when all pass.
@@ -10,6 +11,7 @@ against SDPA only when a GPU is visible. The last line is `@@attnforge-smoke {js
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -22,10 +24,10 @@ MANIFEST_COPY = "/opt/attnforge/manifest.json"
 PREFIX = "@@attnforge-smoke "
 
 
-def build_record() -> dict[str, Any]:
+def build_record(dist: str = "flash_attn") -> dict[str, Any]:
     """The wheel's attnforge_build.json (dist-info), else the manifest copied into the image."""
     try:
-        text = metadata.distribution("flash_attn").read_text("attnforge_build.json")
+        text = metadata.distribution(dist).read_text("attnforge_build.json")
     except metadata.PackageNotFoundError:
         text = None
     if text:
@@ -42,7 +44,7 @@ def build_record() -> dict[str, Any]:
 
 def arch_fits(gpu: str, arches: list[str]) -> bool:
     """SASS for sm_XY runs on the same major with an equal or higher minor ('a'/'f' arches: exact only)."""
-    if gpu in arches:
+    if gpu in arches or any(a[:-1] == gpu for a in arches if a.endswith(("a", "f"))):
         return True
     g = int(gpu[3:])
     for a in arches:
@@ -89,32 +91,32 @@ def main() -> int:
 
     # flash_attn + the compiled extension
     ext: Any = None
+    dist = str(expect.get("dist") or "flash_attn")
+    ext_name = str(expect.get("extension") or "flash_attn_2_cuda")
+    api_name = str(expect.get("api") or "flash_attn")
     try:
-        import flash_attn
-
-        dist_version = metadata.version("flash_attn")
+        api = importlib.import_module(api_name)
+        dist_version = metadata.version(dist)
         report["flash_attn"] = dist_version
         want = expect.get("flash_attn")
         if want and dist_version.lower() != want.lower():  # local versions compare case-insensitively
-            fail("flash_attn", f"installed {dist_version}, expected {want}")
+            fail(dist, f"installed {dist_version}, expected {want}")
         else:
-            ok("flash_attn", f"{dist_version} ({os.path.dirname(flash_attn.__file__ or '')})")
-        import flash_attn_2_cuda
-
-        ext = flash_attn_2_cuda
+            ok(dist, f"{dist_version} ({os.path.dirname(api.__file__ or '')})")
+        ext = importlib.import_module(ext_name)
         where = getattr(ext, "__file__", "") or ""
         report["extension"] = where
         if getattr(ext, "STANDIN", False) and expect.get("policy") == "keep":
-            ok("flash_attn_2_cuda", f"{where}: the NGC stand-in's stub (NGC's own is compiled)")
+            ok(ext_name, f"{where}: the NGC stand-in's stub (NGC's own is compiled)")
         elif not where.endswith(".so"):
-            fail("flash_attn_2_cuda", f"{where} is not a compiled extension")
+            fail(ext_name, f"{where} is not a compiled extension")
         else:
-            ok("flash_attn_2_cuda", where)
+            ok(ext_name, where)
     except Exception as exc:
         fail("import", f"{exc!r}")
 
     # arch list from the wheel's manifest
-    record = build_record()
+    record = build_record(dist)
     arches = list((record.get("inputs") or {}).get("arches") or [])
     report["arches"] = arches
     if arches:
@@ -135,8 +137,7 @@ def main() -> int:
                     raise RuntimeError(f"add_one gave {y}")
                 ok("cpu", "add_one(zeros(4)) == ones(4) through the extension")
             else:
-                from flash_attn import flash_attn_func
-
+                flash_attn_func = importlib.import_module(api_name).flash_attn_func
                 q = torch.zeros(1, 8, 2, 64, dtype=torch.bfloat16)
                 try:
                     flash_attn_func(q, q, q)
@@ -212,8 +213,7 @@ def main() -> int:
                     raise RuntimeError(f"add_one on CUDA gave {y}")
                 ok("gpu", f"add_one on {report['gpu']}")
             else:
-                from flash_attn import flash_attn_func
-
+                flash_attn_func = importlib.import_module(api_name).flash_attn_func
                 torch.manual_seed(0)
                 q, k, v = (torch.randn(2, 256, 4, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
                 out = flash_attn_func(q, k, v, causal=True)

@@ -2,8 +2,9 @@
 
 The index is read through its PEP 691 JSON (`<url>/all/simple/flash-attn/`, `Accept:
 application/vnd.pypi.simple.v1+json`; a static server without negotiation is asked for `index.json`).
-Each wheel is compared with the environment axis by axis: Python, platform, torch release family,
-accelerator (CUDA/ROCm version of the torch build), C++ ABI, profile, and with a GPU its compute
+Each wheel is compared with the environment axis by axis: Python, platform, torch release family (a
+stable-ABI wheel, `+cu130sm90atorch2.9abi3`: any torch from its floor on), accelerator (CUDA/ROCm version of
+the torch build; a stable-ABI wheel also runs on a newer CUDA minor of the same major), C++ ABI, profile, and with a GPU its compute
 capability (from the wheel's manifest in the index) and the driver's CUDA version. The Python axis takes
 the interpreter/ABI tags pip accepts on that CPython (`packaging.tags`): `cp311-cp311`, `abi3`, and the
 pure-Python `py3`/`py3X` + `none` of a ROCm Triton wheel (`...-py3-none-any.whl`, which also fits any
@@ -29,7 +30,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import ConfigurationError, EnvironmentProblem
 from ..publish.index import ALL, JSON_TYPE
-from ..wheels.naming import PROJECT, LocalParts, parse_local, torch_family
+from ..wheels.naming import PROJECT, LocalParts, parse_local
 
 PROBE_MARK = "ATTNFORGE-PROBE "
 
@@ -292,15 +293,16 @@ def check(c: Candidate, env: Env, profile: str | None) -> list[tuple[str, str]]:
         return problems
     if env.torch is None:
         problems.append(("torch", "torch is not installed here"))
-    elif torch_family(env.torch) != c.local.torch_family:
-        problems.append(("torch", f"wheel needs torch {c.local.torch_family}.*, this is {env.torch}"))
+    elif torch_why := c.local.torch_problem(env.torch):
+        problems.append(("torch", torch_why))
     if env.accel is None:
         problems.append(
             ("accelerator", f"wheel is {c.local.accel}, torch {env.torch or ''} is a CPU-only build")
         )
-    elif env.accel != c.local.accel:
-        problems.append(("accelerator", f"wheel is {c.local.accel}, torch here is {env.accel}"))
-    if env.cxx11_abi is not None and env.cxx11_abi != c.local.cxx11_abi:
+    elif accel_why := c.local.accel_problem(env.accel):
+        problems.append(("accelerator", accel_why))
+    # a stable-ABI wheel passes no C++ object to libtorch (its C shim only): the C++ ABI does not matter
+    if env.cxx11_abi is not None and env.cxx11_abi != c.local.cxx11_abi and not c.local.stable_abi:
         want = "TRUE" if c.local.cxx11_abi else "FALSE"
         have = "TRUE" if env.cxx11_abi else "FALSE"
         problems.append(("cxx11_abi", f"wheel is cxx11abi{want}, torch here is cxx11abi{have}"))
@@ -361,7 +363,9 @@ def _variant_index(index_url: str, page: str, variant: str | None) -> str:
     return index_url.rstrip("/")
 
 
-def build_cell_for(env: Env, near: Candidate | None, kernel_version: str) -> str | None:
+def build_cell_for(
+    env: Env, near: Candidate | None, kernel_version: str, kernel: str = PROJECT
+) -> str | None:
     """The cell id that would build a wheel for this environment (`attnforge build --cell ID`)."""
     from ..matrix.cell import Cell, Toolkit
 
@@ -373,10 +377,12 @@ def build_cell_for(env: Env, near: Candidate | None, kernel_version: str) -> str
     else:
         toolkit = Toolkit("rocm", env.accel[4:])
     arches: tuple[str, ...] = tuple(sorted(set(env.gpus)))
+    if near is not None and near.local is not None and near.local.stable_abi:
+        arches = ()  # a fixed-arch kernel (FA3: sm_90a for an sm_90 GPU): take the nearest wheel's
     if not arches and near is not None:
         arches = tuple((load_manifest(near) or {}).get("inputs", {}).get("arches") or ())
     cell = Cell(
-        kernel=PROJECT,
+        kernel=kernel,
         kernel_version=kernel_version,
         toolkit=toolkit,
         torch=env.torch.split("+")[0],
@@ -433,7 +439,7 @@ def resolve(env: Env, index_url: str, profile: str | None = None, project: str =
         explanation += [f"  {axis}: {why}" for axis, why in near.problems]
         available = sorted({c.variant or "?" for c in cands})
         explanation.append(f"variants in the index: {', '.join(available)}")
-    cell = build_cell_for(env, near, kernel_version)
+    cell = build_cell_for(env, near, kernel_version, project)
     if cell:
         explanation.append(f"a matrix cell would build it: attnforge build --cell {cell}")
     elif env.torch is None:

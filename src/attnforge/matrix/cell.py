@@ -54,9 +54,14 @@ class Cell:
     platform: str = "x86_64"
     torch_variant: str | None = None  # the torch wheel variant it builds against (cu130, rocm6.4)
     torch_build: str | None = None  # an existing environment's exact torch (`2.11.0+cu130`, `2.10.0a0+5a8c`)
+    torch_floor: str | None = (
+        None  # a stable-ABI (abi3) wheel: the oldest torch it serves ("2.9"), set by a rule
+    )
+    abi3_python: str | None = None  # ... and the oldest CPython ("3.10"): its tag is cp310-abi3
     profile_spec: ProfileSpec = field(default_factory=lambda: ProfileSpec(), compare=False, hash=False)
     source_sha256: str | None = field(default=None, compare=False, hash=False)
     patches: tuple[str, ...] = field(default=(), compare=False, hash=False)
+    source_kind: str = field(default="pypi-sdist", compare=False, hash=False)
 
     @property
     def torch_family(self) -> str:
@@ -73,8 +78,21 @@ class Cell:
         return "cp" + self.python.replace(".", "")
 
     @property
+    def stable_abi(self) -> bool:
+        """One wheel for every torch >= torch_floor and CPython >= abi3_python (FA3 on torch >= 2.9)."""
+        return self.torch_floor is not None
+
+    @property
+    def py_tag(self) -> str:
+        """The wheel's interpreter tag: the cell's CPython, or the abi3 floor (cp310)."""
+        return "cp" + (self.abi3_python or "3.10").replace(".", "") if self.stable_abi else self.cp
+
+    @property
     def variant(self) -> str:
-        """Index/image family name: cu128-torch2.8 (+ -cxx11abiFALSE for the old ABI)."""
+        """Index/image family name: cu128-torch2.8 (+ -cxx11abiFALSE for the old ABI); a stable-ABI wheel names
+        its toolkit, arches and torch floor instead of one torch release: cu130-sm90a-torch2.9abi3."""
+        if self.stable_abi:
+            return f"{self.toolkit.short}-{self.arch_slug}-torch{self.torch_floor}abi3"
         base = f"{self.toolkit.short}-torch{self.torch_family}"
         if self.custom_torch:
             base += f"-pt{self.custom_torch}"
@@ -90,12 +108,15 @@ class Cell:
     @property
     def local_version(self) -> str:
         """Upstream's habit (cu128torch2.8cxx11abiTRUE), `.pt<build>` for a custom torch build, then the
-        profile tag when not full."""
+        profile tag when not full. A stable-ABI wheel: cu130sm90atorch2.9abi3[.tag] (toolkit, arches, floor)."""
+        tag = self.profile_tag
+        if self.stable_abi:
+            local = f"{self.toolkit.short}{self.arch_slug.replace('-', '')}torch{self.torch_floor}abi3"
+            return f"{local}.{tag}" if tag else local
         abi = "TRUE" if self.cxx11_abi else "FALSE"
         local = f"{self.toolkit.short}torch{self.torch_family}cxx11abi{abi}"
         if self.custom_torch:
             local += f".pt{self.custom_torch}"
-        tag = self.profile_tag
         return f"{local}.{tag}" if tag else local
 
     @property
@@ -105,8 +126,12 @@ class Cell:
 
     @property
     def wheel_tag(self) -> str:
-        """`cp311-cp311-linux_x86_64`, or `py3-none-any` for a pure-Python (Triton) cell."""
-        return "py3-none-any" if self.pure_python else f"{self.cp}-{self.cp}-linux_{self.platform}"
+        """`cp311-cp311-linux_x86_64`, `cp310-abi3-linux_x86_64` (stable ABI), or `py3-none-any` for a
+        pure-Python (Triton) cell."""
+        if self.pure_python:
+            return "py3-none-any"
+        abi = "abi3" if self.stable_abi else self.cp
+        return f"{self.py_tag}-{abi}-linux_{self.platform}"
 
     @property
     def wheel_name(self) -> str:
@@ -127,11 +152,12 @@ class Cell:
         )
 
     def compile_flags(self) -> list[str]:
-        """Preprocessor flags the profile adds to every compile."""
+        """Preprocessor flags the profile adds to every compile (FA2 and FA3 name them alike)."""
         return [f"-DFLASHATTENTION_DISABLE_{d.upper()}" for d in self.profile_spec.disable]
 
     def key_inputs(self) -> dict[str, object]:
-        """What decides the compiled GPU code (Python excluded)."""
+        """What decides the compiled GPU code (Python excluded; for a stable-ABI wheel the torch floor, not
+        the torch release it happens to build with)."""
         inputs: dict[str, object] = {
             "kernel": self.kernel,
             "version": self.kernel_version,
@@ -147,6 +173,11 @@ class Cell:
         }
         if self.custom_torch:
             inputs["torch_build"] = self.torch_build
+        if self.stable_abi:
+            inputs.update(
+                torch=f"stable-abi>={self.torch_floor}", torch_variant=None, abi3_python=self.abi3_python
+            )
+            inputs.pop("torch_build", None)
         return inputs
 
     @property
@@ -163,6 +194,7 @@ class Cell:
             "torch": self.torch,
             "torch_variant": self.torch_variant,
             "torch_build": self.torch_build,
+            "torch_floor": self.torch_floor,
             "python": self.python,
             "cxx11_abi": self.cxx11_abi,
             "arches": list(self.arches),

@@ -59,11 +59,22 @@ class KernelRelease(Row):
     name: str
     version: str
     min_torch: str = "2.0"
+    min_torch_reason: str = ""
     min_cuda: str = "11.7"
+    recommended_cuda: str | None = None
+    fetched_toolchain_cuda: list[str] = []  # toolkits for which setup.py downloads another nvcc (FA3)
     min_arch: str = "sm_80"
+    arches: list[str] = []  # the only arches the kernel compiles (FA3), empty = any the toolkit has
+    required_arches: list[str] = []  # arches every wheel of it compiles (FA3: sm_90a)
     default_cuda_archs: list[str] = []
     cxx_std: int = 17
+    torch_headers: str = "full"  # "stable": only torch's stable/header-only API (no C++20 need)
+    stable_abi_torch: str | None = None  # from this torch on: one stable-ABI (abi3) wheel for every torch
+    abi3_python: str | None = None  # the CPython floor of that abi3 wheel
     head_dims: list[int] = list(kernel_head_dims("flash-attn"))
+    dtypes: list[str] = ["fp16", "bf16"]
+    always_dtypes: list[str] = []  # compiled in every wheel (no switch)
+    fwd_only_dtypes: list[str] = []
     disable_macros: list[str] = []
     rocm_min: str | None = None
     rocm_backends: list[str] = []

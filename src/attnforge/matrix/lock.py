@@ -1,9 +1,13 @@
-"""Source pins: `attnforge lock` records each kernel sdist's URL and sha256 in attnforge.lock."""
+"""Source pins: `attnforge lock` records each kernel source's sha256 in attnforge.lock: a PyPI sdist's URL and
+digest, a `path` or `url` archive's digest, a `git` ref's commit."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
+import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -11,10 +15,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from ..builder.files import atomic_write_text
+from ..builder.files import atomic_write_text, sha256_file
 from ..errors import ConfigurationError, EnvironmentProblem
 from .compat import CompatData
-from .schema import KernelSpec, Matrix
+from .schema import KernelSpec, Matrix, SourceSpec
 
 LOCK_FILE = "attnforge.lock"
 PYPI_SIMPLE = os.environ.get("ATTNFORGE_PYPI_SIMPLE", "https://pypi.org/simple")
@@ -32,8 +36,45 @@ def read_lock(path: str | Path) -> dict[str, Any]:
     return lock
 
 
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def source_path(kernel: str, source: SourceSpec, base: Path) -> Path:
+    """A `path` source's archive: `${VAR}`/`${VAR:-default}` expanded, relative to `base` (matrix.yaml's
+    folder). ConfigurationError naming the kernel, the path as written and as resolved when it is missing."""
+    assert source.path is not None
+    written = source.path
+
+    def expand(m: re.Match[str]) -> str:
+        value = os.environ.get(m.group(1))
+        if value:
+            return value
+        if m.group(2) is None:
+            raise ConfigurationError(
+                f"{kernel}: source path {written!r} uses ${{{m.group(1)}}}, which is not set (or write "
+                f"${{{m.group(1)}:-default}})"
+            )
+        return m.group(2)
+
+    text = _VAR.sub(expand, written)
+    path = Path(text) if Path(text).is_absolute() else base / text
+    if not path.is_file():
+        names = ", ".join(sorted({m.group(1) for m in _VAR.finditer(written)}))
+        hint = f" (set {names} to the folder that holds it)" if names else ""
+        raise ConfigurationError(
+            f"{kernel}: source archive {path} does not exist (kernels.{kernel}.source.path {written!r}, relative "
+            f"to {base}){hint}"
+        )
+    return path
+
+
 def source_sha256(kernel: str, spec: KernelSpec, data: CompatData, lock: dict[str, Any]) -> str | None:
-    """The pinned sha256: matrix.yaml first, then attnforge.lock, then the compat table's PyPI digest."""
+    """The source pin: matrix.yaml's sha256 first, then attnforge.lock's, then the compat table's PyPI digest;
+    for a git source its commit (a full-commit ref, else the lock's)."""
+    if spec.source.kind == "git":
+        ref = spec.source.ref or ""
+        commit = lock.get(kernel, {}).get(spec.version, {}).get("commit")
+        return ref if re.fullmatch(r"[0-9a-f]{40}", ref) else (str(commit) if commit else None)
     if spec.source.sha256:
         return spec.source.sha256
     locked = lock.get(kernel, {}).get(spec.version, {}).get("sha256")
@@ -107,18 +148,64 @@ def sdist_url(kernel: str, version: str, index: str = PYPI_SIMPLE) -> tuple[str,
     raise ConfigurationError(f"{kernel} {version}: no sdist named {wanted} on {index}")
 
 
-def write_lock(matrix: Matrix, path: str | Path) -> dict[str, Any]:
-    """Resolve every pypi-sdist kernel and write the lock atomically."""
-    lock: dict[str, Any] = {}
-    for kernel, spec in matrix.kernels.items():
-        if spec.source.kind != "pypi-sdist":
-            continue
+def _url_sha256(url: str) -> str:
+    """sha256 of what a URL serves (streamed, not kept)."""
+    h = hashlib.sha256()
+    try:
+        with urllib.request.urlopen(url, timeout=120) as resp:
+            for chunk in iter(lambda: resp.read(1 << 20), b""):
+                h.update(chunk)
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        raise EnvironmentProblem(f"cannot download {url}: {exc}") from None
+    return h.hexdigest()
+
+
+def git_commit(url: str, ref: str) -> str:
+    """The commit a git ref names (`git ls-remote`; a 40-hex ref is its own commit)."""
+    if re.fullmatch(r"[0-9a-f]{40}", ref):
+        return ref
+    try:
+        proc = subprocess.run(["git", "ls-remote", url, ref, f"{ref}^{{}}"], capture_output=True, text=True,
+                              timeout=120, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EnvironmentProblem(f"git ls-remote {url}: {exc}") from None
+    if proc.returncode != 0:
+        raise EnvironmentProblem(f"git ls-remote {url} {ref}: {proc.stderr.strip() or proc.returncode}")
+    rows = [ln.split("\t") for ln in proc.stdout.splitlines() if "\t" in ln]
+    peeled = [sha for sha, name in rows if name.endswith("^{}")]  # an annotated tag's commit
+    commits = peeled or [sha for sha, _ in rows]
+    if not commits:
+        raise ConfigurationError(f"{url}: no ref {ref!r} (a tag, branch or full commit)")
+    return commits[0]
+
+
+def _pin(kernel: str, spec: KernelSpec, base: Path) -> dict[str, Any]:
+    """One kernel's lock entry."""
+    src = spec.source
+    if src.kind == "pypi-sdist":
         url, sha = sdist_url(kernel, spec.version)
-        if spec.source.sha256 and spec.source.sha256 != sha:
-            raise ConfigurationError(
-                f"{kernel} {spec.version}: matrix.yaml pins sha256 {spec.source.sha256[:12]}… but the index "
-                f"serves {sha[:12]}…: the upstream sdist changed"
-            )
-        lock.setdefault(kernel, {})[spec.version] = {"url": url, "sha256": sha}
+        entry: dict[str, Any] = {"url": url, "sha256": sha}
+    elif src.kind == "path":
+        entry = {"path": src.path, "sha256": sha256_file(source_path(kernel, src, base))}
+    elif src.kind == "url":
+        assert src.url is not None
+        entry = {"url": src.url, "sha256": _url_sha256(src.url)}
+    else:
+        assert src.url is not None and src.ref is not None
+        return {"url": src.url, "ref": src.ref, "commit": git_commit(src.url, src.ref)}
+    if src.sha256 and src.sha256 != entry["sha256"]:
+        raise ConfigurationError(
+            f"{kernel} {spec.version}: matrix.yaml pins sha256 {src.sha256[:12]}… but the {src.kind} source is "
+            f"{entry['sha256'][:12]}…: the upstream file changed"
+        )
+    return entry
+
+
+def write_lock(matrix: Matrix, path: str | Path) -> dict[str, Any]:
+    """Pin every kernel's source (see the module docstring) and write the lock atomically."""
+    lock: dict[str, Any] = {}
+    base = Path(path).resolve().parent
+    for kernel, spec in matrix.kernels.items():
+        lock.setdefault(kernel, {})[spec.version] = _pin(kernel, spec, base)
     atomic_write_text(Path(path), json.dumps(lock, indent=2, sort_keys=True) + "\n")
     return lock

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import ConfigurationError, NothingToDoError
 from .cell import Cell, Toolkit
-from .compat import CompatData
+from .compat import CompatData, parse_version
 from .lock import source_sha256
 from .rules import Problem, Verdict, check
 from .schema import AXES, Matrix, TargetSpec
@@ -26,7 +26,12 @@ class Plan:
 
     @property
     def valid(self) -> list[Cell]:
-        return [v.cell for v in self.verdicts if v.valid]
+        """The cells to build: valid, one per wheel (those `served_by` another cell's wheel left out)."""
+        return [v.cell for v in self.verdicts if v.valid and v.served_by is None]
+
+    @property
+    def served(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.valid and v.served_by is not None]
 
     @property
     def invalid(self) -> list[Verdict]:
@@ -38,12 +43,22 @@ class Plan:
             groups.setdefault(c.kernel_set_key, []).append(c)
         return groups
 
+    def wheels_by_kernel(self) -> dict[str, int]:
+        """How many wheels each kernel needs (a stable-ABI wheel counts once however many cells it serves)."""
+        out: dict[str, int] = {}
+        for c in self.valid:
+            out[c.kernel] = out.get(c.kernel, 0) + 1
+        return dict(sorted(out.items()))
+
     def summary(self) -> dict[str, Any]:
         return {
             "target": self.target,
             "cells": len(self.verdicts),
-            "valid": len(self.valid),
+            "valid": len(self.valid) + len(self.served),
             "invalid": len(self.invalid),
+            "wheels": len(self.valid),
+            "served_by_another_wheel": len(self.served),
+            "wheels_by_kernel": self.wheels_by_kernel(),
             "kernel_sets": len(self.kernel_sets()),
             "variants": sorted({c.variant for c in self.valid}),
         }
@@ -53,6 +68,7 @@ class Plan:
         for v in self.verdicts:
             row = v.cell.to_json()
             row["valid"] = v.valid
+            row["served_by"] = v.served_by
             row["reasons"] = v.reasons()
             row["notes"] = v.notes
             cells.append(row)
@@ -144,6 +160,7 @@ def make_cell(combo: Combo, matrix: Matrix, data: CompatData, lock: dict[str, An
         platform=combo["platform"],
         profile_spec=matrix.profiles[profile],
         source_sha256=source_sha256(kernel, spec, data, lock),
+        source_kind=spec.source.kind,
     )
 
 
@@ -161,17 +178,38 @@ def plan_target(matrix: Matrix, target: str, data: CompatData, lock: dict[str, A
         )
     verdicts = [check(make_cell(c, matrix, data, lock or {}), data) for c in combos]
     verdicts.sort(key=lambda v: v.cell.id)
-    reject_same_wheel(verdicts)
+    reject_same_wheel(verdicts, data)
     return Plan(target, verdicts)
 
 
-def reject_same_wheel(verdicts: list[Verdict]) -> None:
+def reject_same_wheel(verdicts: list[Verdict], data: CompatData | None = None) -> None:
     """A valid cell whose wheel file name an earlier valid cell already produces is invalid (rule
     `same-wheel`): it would overwrite that wheel. Pure-Python wheels (ROCm Triton, `py3-none-any`) do not
-    depend on the Python version, so a Triton profile declared for two Pythons is one wheel."""
+    depend on the Python version, so a Triton profile declared for two Pythons is one wheel.
+
+    Stable-ABI cells (one cp310-abi3 wheel for every torch >= the floor and every Python >= 3.10) are
+    meant to share a file: the cells of one wheel are all valid; one builds it, the others are `served_by`
+    that cell. The builder is a cell whose torch's plain-PyPI wheel has the cell's CUDA (installable without
+    PyTorch's own index), then the oldest torch (closest to the floor), then the oldest Python."""
+
+    def rank(v: Verdict) -> tuple[bool, Any, Any]:
+        t = data.torch_release(v.cell.torch) if data else None
+        on_pypi = t is not None and t.pypi_cuda == v.cell.toolkit.version
+        return (not on_pypi, parse_version(v.cell.torch), parse_version(v.cell.python))
+
+    stable: dict[str, list[Verdict]] = {}
+    for v in verdicts:
+        if v.valid and v.cell.stable_abi:
+            stable.setdefault(v.cell.wheel_name, []).append(v)
+    for group in stable.values():
+        builder = min(group, key=rank)
+        for v in group:
+            if v is not builder:
+                v.served_by = builder.cell.id
+                v.notes.append(f"same stable-ABI wheel as {builder.cell.id}: built once")
     first: dict[str, str] = {}
     for v in verdicts:
-        if not v.valid:
+        if not v.valid or v.cell.stable_abi:
             continue
         name = v.cell.wheel_name
         if name in first:
@@ -198,5 +236,7 @@ def select_cells(plan: Plan, cell_ids: list[str]) -> list[Cell]:
             raise ConfigurationError(f"no cell '{cid}' in target '{plan.target}'{hint}")
         if not v.valid:
             raise ConfigurationError(f"cell '{cid}' is impossible: {'; '.join(v.reasons())}")
-        chosen.append(v.cell)
+        cell = by_id[v.served_by].cell if v.served_by else v.cell  # a stable-ABI wheel: its builder
+        if cell not in chosen:
+            chosen.append(cell)
     return chosen

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from ..kernels import features as kernel_features
 from .cell import Cell
-from .compat import CompatData, arch_number, parse_version
+from .compat import CompatData, KernelRelease, arch_number, parse_version
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class Verdict:
     cell: Cell
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    served_by: str | None = None  # a valid cell whose wheel another cell builds (stable ABI: same file)
 
     @property
     def valid(self) -> bool:
@@ -194,11 +196,15 @@ def _kernel_requirements(v: Verdict, data: CompatData) -> None:
     k = data.kernel_release(c.kernel, c.kernel_version)
     if k is None:
         return
-    if parse_version(c.torch) < parse_version(k.min_torch):
-        _fail(v, "kernel-requirements", f"{c.kernel} {k.version} needs torch >= {k.min_torch}", k.source)
+    if parse_version(c.torch_family) < parse_version(k.min_torch):
+        why = f": {k.min_torch_reason}" if k.min_torch_reason else ""
+        _fail(v, "kernel-requirements", f"{c.kernel} {k.version} needs torch >= {k.min_torch}{why}", k.source)
     if c.toolkit.kind == "cuda":
         if parse_version(c.toolkit.version) < parse_version(k.min_cuda):
             _fail(v, "kernel-requirements", f"{c.kernel} {k.version} needs CUDA >= {k.min_cuda}", k.source)
+        elif k.recommended_cuda and parse_version(c.toolkit.version) < parse_version(k.recommended_cuda):
+            v.notes.append(f"{c.kernel} {k.version}: upstream recommends CUDA >= {k.recommended_cuda}")
+        _kernel_arches(v, k)
         low = [a for a in c.arches if arch_number(a) < arch_number(k.min_arch)]
         if low:
             _fail(
@@ -212,6 +218,52 @@ def _kernel_requirements(v: Verdict, data: CompatData) -> None:
             _fail(v, "kernel-requirements", f"{c.kernel} {k.version} has no ROCm support", k.source)
         elif parse_version(c.toolkit.version) < parse_version(k.rocm_min):
             _fail(v, "kernel-requirements", f"{c.kernel} {k.version} needs ROCm >= {k.rocm_min}", k.source)
+
+
+def _kernel_arches(v: Verdict, k: KernelRelease) -> None:
+    """A kernel that compiles a fixed set of arches (FA3: sm_90a always, sm_80 optionally)."""
+    c = v.cell
+    if k.arches:
+        other = [a for a in c.arches if a not in k.arches]
+        if other:
+            _fail(v, "kernel-requirements", f"{c.kernel} {k.version} compiles only {', '.join(k.arches)}, not "
+                  f"{', '.join(other)} (sm_90a is Hopper with wgmma; sm_80 SASS also runs on sm_86/sm_89)", k.source)  # fmt: skip
+    missing = [a for a in k.required_arches if a not in c.arches]
+    if missing:
+        _fail(v, "kernel-requirements", f"every {c.kernel} {k.version} wheel compiles {', '.join(missing)}: "
+              "add it to the cell's arches", k.source)  # fmt: skip
+
+
+@rule("offline-toolchain")
+def _offline_toolchain(v: Verdict, data: CompatData) -> None:
+    """A kernel whose setup.py downloads another compiler for this toolkit cannot build offline."""
+    c = v.cell
+    k = data.kernel_release(c.kernel, c.kernel_version)
+    if k and c.toolkit.kind == "cuda" and c.toolkit.version in k.fetched_toolchain_cuda:
+        usable = [t.version for t in data.cuda if parse_version(t.version) >= parse_version(k.min_cuda)
+                  and t.version not in k.fetched_toolchain_cuda]  # fmt: skip
+        _fail(v, "offline-toolchain", f"{c.kernel} {k.version}'s setup.py builds CUDA {c.toolkit.version} with an nvcc "
+              "12.6 + ptxas 12.8 it downloads from NVIDIA at build time; attnforge builds without network "
+              f"(patch fa3-offline): use CUDA {', '.join(usable)}", k.source)  # fmt: skip
+
+
+@rule("stable-abi")
+def _stable_abi(v: Verdict, data: CompatData) -> None:
+    """From its stable-ABI torch on, a kernel's cell is one cp3X-abi3 wheel for every torch >= that floor."""
+    c = v.cell
+    k = data.kernel_release(c.kernel, c.kernel_version)
+    if k is None or k.stable_abi_torch is None or c.toolkit.kind != "cuda":
+        return
+    if parse_version(c.torch_family) < parse_version(k.stable_abi_torch):
+        return  # kernel-requirements says why
+    floor_py = k.abi3_python or "3.10"
+    if parse_version(c.python) < parse_version(floor_py):
+        _fail(v, "stable-abi", f"{c.kernel} {k.version} wheels are cp{floor_py.replace('.', '')}-abi3: Python "
+              f"{c.python} is older", k.source)  # fmt: skip
+        return
+    v.cell = replace(c, torch_floor=k.stable_abi_torch, abi3_python=floor_py)
+    v.notes.append(f"stable ABI: one {v.cell.wheel_tag} wheel serves torch >= {k.stable_abi_torch} and "
+                   f"Python >= {floor_py}; built here with torch {c.torch} and Python {c.python}")  # fmt: skip
 
 
 @rule("profile")
@@ -231,9 +283,22 @@ def _profile(v: Verdict, data: CompatData) -> None:
                 v,
                 "profile",
                 f"profile '{c.profile}': {c.kernel} {k.version} has no FLASHATTENTION_DISABLE_ "
-                f"macro for {', '.join(unsupported)}",
+                f"macro for {', '.join(unsupported)} (it can leave out {', '.join(kernel_features(c.kernel))})",
                 k.source,
             )
+    if spec.dtypes and k:
+        bad_dt = [d for d in spec.dtypes if d not in k.dtypes]
+        lacking = [d for d in k.always_dtypes if d not in spec.dtypes]
+        if bad_dt:
+            _fail(v, "profile", f"profile '{c.profile}': {c.kernel} {k.version} has no {', '.join(bad_dt)} "
+                  f"kernels (dtypes: {', '.join(k.dtypes)})", k.source)  # fmt: skip
+        if lacking:
+            _fail(v, "profile", f"profile '{c.profile}': {c.kernel} {k.version} always compiles "
+                  f"{', '.join(lacking)} (no switch turns it off): list it in dtypes", k.source)  # fmt: skip
+    if "sm80" in spec.disable and "sm_80" in c.arches:
+        _fail(
+            v, "profile", f"profile '{c.profile}' disables the sm80 path, but the cell's arches include sm_80"
+        )
     if c.toolkit.kind == "cuda" and spec.rocm_backend:
         _fail(v, "profile", f"profile '{c.profile}' sets rocm_backend, but {c.toolkit} is a CUDA toolkit")
     if c.toolkit.kind == "rocm":
@@ -259,7 +324,12 @@ def _cxx_standard(v: Verdict, data: CompatData) -> None:
     c = v.cell
     t = data.torch_release(c.torch)
     k = data.kernel_release(c.kernel, c.kernel_version)
-    if t and k and t.cxx_std > k.cxx_std:
+    if t and k and t.cxx_std > k.cxx_std and k.torch_headers == "stable":
+        v.notes.append(
+            f"torch {t.family} headers need C++{t.cxx_std}, but {c.kernel} {k.version} includes only torch's "
+            f"stable headers, which compile as C++{k.cxx_std}: no patch"
+        )
+    elif t and k and t.cxx_std > k.cxx_std:
         v.cell = replace(c, patches=tuple(sorted({*c.patches, f"cxx{t.cxx_std}"})))
         v.notes.append(
             f"torch {t.family} headers need C++{t.cxx_std} but {c.kernel} {k.version} compiles with "

@@ -20,7 +20,13 @@ TORCH_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
 NAME_RE = re.compile(r"^[a-z][a-z0-9]*$")
 
 AXES = ("kernel", "toolkit", "torch", "python", "cxx11_abi", "arch", "profile", "platform")
-DisableFeature = Literal["backward", "dropout", "alibi", "softcap", "uneven_k", "local"]
+# Every feature a kernel's profile may compile out (kernels.json `features`, all kernels; a unit test keeps
+# this list equal to `kernels.all_features()`); the `profile` rule checks them per kernel.
+DisableFeature = Literal[
+    "backward", "dropout", "alibi", "softcap", "uneven_k", "local",
+    "split", "pagedkv", "appendkv", "packgqa", "varlen", "cluster", "sm80", "hdimdiff64", "hdimdiff192",
+]  # fmt: skip
+Dtype = Literal["fp16", "bf16", "fp8"]  # kernels.json `dtypes` of all kernels (FA3 adds fp8, forward only)
 
 
 class Strict(BaseModel):
@@ -37,7 +43,11 @@ class SourceSpec(Strict):
         None, description="git URL (kind=git) or the archive's URL (kind=url, pypi-sdist)"
     )
     ref: str | None = Field(None, description="git commit or tag (kind=git)")
-    path: str | None = Field(None, description="a local source archive (kind=path), e.g. a `git archive`")
+    path: str | None = Field(
+        None,
+        description="a local source archive (kind=path), e.g. a `git archive`; relative to matrix.yaml's folder; "
+        "${VAR} and ${VAR:-default} are expanded (e.g. ${ATTNFORGE_SOURCES:-../shared/sources}/x.tar.gz)",
+    )
     sha256: str | None = Field(None, description="expected sha256 of the archive (pypi-sdist/url/path)")
     subdir: str | None = Field(
         None, description="folder holding setup.py inside the archive (flash-attn-3: hopper)"
@@ -59,7 +69,8 @@ class SourceSpec(Strict):
 
 
 class KernelSpec(Strict):
-    """A kernel package to build (flash-attn = FA2; flash-attn-3 is reserved for the hopper/ build)."""
+    """A kernel package to build: flash-attn (FA2) or flash-attn-3 (FlashAttention-3, hopper/ of the
+    flash-attention repository: source kind git, url or path with subdir hopper)."""
 
     version: str
     source: SourceSpec = SourceSpec()
@@ -71,10 +82,12 @@ class ProfileSpec(Strict):
     description: str = ""
     tag: str | None = Field(None, description="local-version tag; defaults to the profile name")
     disable: list[DisableFeature] = Field(
-        default_factory=list, description="FLASHATTENTION_DISABLE_<X> macros (backward, dropout, ...)"
+        default_factory=list,
+        description="features compiled out: FA2 FLASHATTENTION_DISABLE_<X> macros (backward, dropout, ...), "
+        "FA3 FLASH_ATTENTION_DISABLE_<X> switches (backward, split, pagedkv, varlen, ...)",
     )
     head_dims: list[int] | None = Field(None, description="compile only these head dims (None = all)")
-    dtypes: list[Literal["fp16", "bf16"]] | None = Field(None, description="compile only these dtypes")
+    dtypes: list[Dtype] | None = Field(None, description="compile only these dtypes (fp8: FA3 only)")
     rocm_backend: Literal["ck", "triton"] | None = Field(None, description="ROCm only: CK or Triton")
 
     @field_validator("tag")
@@ -247,9 +260,16 @@ class Matrix(Strict):
     @field_validator("kernels")
     @classmethod
     def _kernels(cls, v: dict[str, KernelSpec]) -> dict[str, KernelSpec]:
-        unknown = [k for k in v if k not in ("flash-attn", "flash-attn-3")]
+        unknown = [k for k in v if k not in KERNELS]
         if unknown:
-            raise ValueError(f"unknown kernel {unknown[0]!r}; supported: flash-attn (flash-attn-3 reserved)")
+            raise ValueError(f"unknown kernel {unknown[0]!r}; supported: {', '.join(KERNELS)}")
+        for name, spec in v.items():
+            if name == "flash-attn-3" and spec.source.kind == "pypi-sdist":
+                raise ValueError("flash-attn-3 has no sdist on the package index: give source kind git (url, ref), "
+                                 "url or path, with subdir hopper")  # fmt: skip
+            if name == "flash-attn-3" and not spec.source.subdir:
+                raise ValueError("flash-attn-3: source.subdir must name the folder with its setup.py (hopper); "
+                                 "setup.py finds cutlass at ../csrc/cutlass")  # fmt: skip
         return v
 
     @field_validator("profiles")

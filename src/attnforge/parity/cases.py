@@ -46,6 +46,11 @@ class Case:
     expect_error: str | None = None  # substring of the RuntimeError the call must raise
     expect_error_in: str = "fwd"  # fwd | bwd
     skip_bwd: str | None = None  # reason the gradient check is skipped
+    impl: str = "fa2"  # fa2 (flash_attn) | fa3 (flash_attn_interface, cases in fa3cases)
+    dv: int = 0  # V head dim when it differs from d (FA3's 64 x 256/512, 192 x 128); 0 = d
+    splits: int = 1  # FA3 num_splits (0 = its heuristic, > 1 = split-KV)
+    append: bool = True  # kvcache: new K/V appended into the cache in the call
+    note: str = ""  # what the case shows beyond its name (e.g. a head dim rounded up to a compiled one)
 
     @property
     def hq(self) -> int:
@@ -70,6 +75,10 @@ class Case:
             f.append(f"dropout{self.dropout:g}")
         if self.paged:
             f.append(f"paged{self.paged}")
+        if self.splits != 1:
+            f.append(f"splits{self.splits}" if self.splits else "splits-auto")
+        if self.kernel == "kvcache" and not self.append:
+            f.append("read-only")
         return f
 
     @property
@@ -80,11 +89,13 @@ class Case:
             "varlen": "flash_attn_varlen_func",
             "kvcache": "flash_attn_with_kvcache",
         }
-        return f"{names[self.kernel]}[{','.join(self.features)}]"
+        prefix = "fa3." if self.impl == "fa3" else ""
+        return f"{prefix}{names[self.kernel]}[{','.join(self.features)}]"
 
     @property
     def shape(self) -> str:
-        return f"b{self.b} sq{self.sq} sk{self.sk} h{self.hq}/{self.hk} d{self.d}"
+        dv = f" dv{self.dv}" if self.dv else ""
+        return f"b{self.b} sq{self.sq} sk{self.sk} h{self.hq}/{self.hk} d{self.d}{dv}"
 
     @property
     def id(self) -> str:

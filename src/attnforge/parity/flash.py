@@ -30,10 +30,11 @@ class Inputs:
         def rnd(*shape: int) -> torch.Tensor:
             return torch.randn(*shape, generator=g).to(device=device, dtype=dt)
 
+        dv = c.dv or c.d
         self.q = rnd(c.b, c.sq, c.hq, c.d)
         self.k = rnd(c.b, c.sk, c.hk, c.d)
-        self.v = rnd(c.b, c.sk, c.hk, c.d)
-        self.g = rnd(c.b, c.sq, c.hq, c.d)
+        self.v = rnd(c.b, c.sk, c.hk, dv)
+        self.g = rnd(c.b, c.sq, c.hq, dv)
         self.slopes = (torch.rand(c.b, c.hq, generator=g) * 0.3).to(device=device) if c.alibi else None
 
 
@@ -105,6 +106,7 @@ def run_case_isolated(
         json.dumps(dataclasses.asdict(c)),
         str(seed),
     ]
+    suite = "flash_attn_3" if c.impl == "fa3" else SUITE
     name = (
         c.kernel_name
         + (":bwd" if c.expect_error_in == "bwd" else ":fwd")
@@ -114,7 +116,7 @@ def run_case_isolated(
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
-        return [Result(SUITE, name, c.dtype, c.shape, FAILED, reason=f"hung for more than {timeout_s:.0f} s")]
+        return [Result(suite, name, c.dtype, c.shape, FAILED, reason=f"hung for more than {timeout_s:.0f} s")]
     dt = time.perf_counter() - t0
     for line in p.stdout.splitlines():
         if line.startswith(PREFIX):
@@ -125,10 +127,10 @@ def run_case_isolated(
         except ValueError:
             sig = f"signal {-p.returncode}"
         what = "instead of raising a clear error" if c.expect_error else ""
-        return [Result(SUITE, name, c.dtype, c.shape, FAILED, seconds=dt,
+        return [Result(suite, name, c.dtype, c.shape, FAILED, seconds=dt,
                        reason=f"the process died with {sig} {what}".strip(),
                        details={"stderr_tail": p.stderr[-2000:]})]  # fmt: skip
-    return [Result(SUITE, name, c.dtype, c.shape, FAILED, seconds=dt,
+    return [Result(suite, name, c.dtype, c.shape, FAILED, seconds=dt,
                    reason=f"child exited {p.returncode} without a result", details={"stderr_tail": p.stderr[-2000:]})]  # fmt: skip
 
 
@@ -263,7 +265,13 @@ def _lens(b: int, max_len: int, seed: int) -> list[int]:
 
 
 def _result(
-    c: Case, pass_: str, checks: list[Check], extra_ok: bool, extra_reason: str, notes: dict[str, Any]
+    c: Case,
+    pass_: str,
+    checks: list[Check],
+    extra_ok: bool,
+    extra_reason: str,
+    notes: dict[str, Any],
+    suite: str = SUITE,
 ) -> Result:
     w = worst(checks)
     ok = all(x.ok for x in checks) and extra_ok
@@ -275,7 +283,7 @@ def _result(
         x.name: {"max_err": x.max_err, "torch_err": x.torch_err, "ratio": x.ratio} for x in checks
     } | notes
     return Result(
-        SUITE, f"{c.kernel_name}:{pass_}", c.dtype, c.shape, PASSED if ok else FAILED,
+        suite, f"{c.kernel_name}:{pass_}", c.dtype, c.shape, PASSED if ok else FAILED,
         max_err=w.max_err, ratio_vs_torch=w.ratio, reason=reason, details=details,
     )  # fmt: skip
 

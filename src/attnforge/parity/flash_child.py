@@ -1,4 +1,4 @@
-"""Run one flash-attn parity case in a child process: ``python -m attnforge.parity.flash_child CASE_JSON SEED``.
+"""Run one flash-attn (or FA3) parity case in a child process: ``python -m attnforge.parity.flash_child CASE_JSON SEED``.
 
 Used for the expected-error cases (what the wheel was built without): a wheel that crashes there instead of
 raising a clear error must fail that case, not kill the whole parity run. Prints one result line."""
@@ -22,13 +22,22 @@ def main(argv: list[str] | None = None) -> int:
     case = Case(**d)
     import os
 
-    import flash_attn
-
-    from .flash import run_case
-
-    out = []
     device = os.environ.get("ATTNFORGE_PARITY_DEVICE", "cuda")
-    for r in run_case(flash_attn, case, device=device, seed=int(args[1]) if len(args) > 1 else 0):
+    seed = int(args[1]) if len(args) > 1 else 0
+    if case.impl == "fa3":
+        import flash_attn_interface
+
+        from .fa3 import run_case as run_fa3
+
+        results = run_fa3(flash_attn_interface, case, device=device, seed=seed)
+    else:
+        import flash_attn
+
+        from .flash import run_case
+
+        results = run_case(flash_attn, case, device=device, seed=seed)
+    out = []
+    for r in results:
         out.append({"suite": r.suite, "kernel": r.kernel, "dtype": r.dtype, "shape": r.shape, "status": r.status,
                     "max_err": r.max_err, "ratio_vs_torch": r.ratio_vs_torch, "reason": r.reason,
                     "details": r.details})  # fmt: skip

@@ -1,4 +1,4 @@
-"""What a flash-attn wheel claims to contain: head dims, dtypes and disabled features.
+"""What a flash-attn (or flash-attn-3) wheel claims to contain: head dims, dtypes and disabled features.
 
 Read from the wheel's manifest (``<wheel>.manifest.json``, docs/contracts.md) when there is one, else from
 the local version's profile tag looked up in matrix.yaml's ``profiles``, else upstream's full set.
@@ -18,7 +18,7 @@ from ..kernels import dtypes, features, head_dims
 ALL_HEAD_DIMS: tuple[int, ...] = head_dims("flash-attn")
 ALL_DTYPES: tuple[str, ...] = dtypes("flash-attn")
 FEATURES: tuple[str, ...] = features("flash-attn")
-_DISABLE_FLAG = re.compile(r"-DFLASHATTENTION_DISABLE_([A-Z_]+)")
+_DISABLE_FLAG = re.compile(r"-DFLASHATTENTION_DISABLE_([A-Z0-9_]+)")
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,12 @@ class WheelProfile:
     dtypes: tuple[str, ...] = ALL_DTYPES
     disabled: frozenset[str] = field(default_factory=frozenset)
     source: str = "default"
+    kernel: str = "flash-attn"  # flash-attn-3: cases from fa3cases, run through flash_attn_interface
+
+    @classmethod
+    def full(cls, kernel: str, source: str = "default") -> WheelProfile:
+        """Everything the kernel has (its head dims, dtypes, features)."""
+        return cls(head_dims=head_dims(kernel), dtypes=dtypes(kernel), source=source, kernel=kernel)
 
     @property
     def backward(self) -> bool:
@@ -41,8 +47,9 @@ class WheelProfile:
 
     def describe(self) -> str:
         off = ", ".join(sorted(self.disabled)) or "none"
+        what = f"{self.kernel} " if self.kernel != "flash-attn" else ""
         return (
-            f"{self.name}: head dims {list(self.head_dims)}, dtypes {list(self.dtypes)}, disabled {off} "
+            f"{what}{self.name}: head dims {list(self.head_dims)}, dtypes {list(self.dtypes)}, disabled {off} "
             f"(from {self.source})"
         )
 
@@ -58,17 +65,21 @@ def disabled_from_flags(flags: list[str]) -> frozenset[str]:
 
 
 def from_manifest(data: dict[str, Any]) -> WheelProfile:
-    """The profile recorded in a manifest's ``inputs``."""
+    """The profile recorded in a manifest's ``inputs`` (and its ``kernel``)."""
     inputs = data.get("inputs") or {}
-    head_dims = tuple(sorted(int(d) for d in inputs.get("head_dims") or ALL_HEAD_DIMS))
-    dtypes = tuple(str(d) for d in inputs.get("dtypes") or ALL_DTYPES)
+    kernel = str(data.get("kernel") or "flash-attn")
+    dims = tuple(sorted(int(d) for d in inputs.get("head_dims") or head_dims(kernel)))
+    dts = tuple(str(d) for d in inputs.get("dtypes") or dtypes(kernel))
     disabled = disabled_from_flags(list(inputs.get("profile_flags") or []))
+    if kernel == "flash-attn-3" and "sm_80" not in (inputs.get("arches") or []):
+        disabled |= {"sm80"}
     return WheelProfile(
         name=str(inputs.get("profile") or "full"),
-        head_dims=head_dims,
-        dtypes=dtypes,
+        head_dims=dims,
+        dtypes=dts,
         disabled=disabled,
         source="manifest",
+        kernel=kernel,
     )
 
 
@@ -77,29 +88,33 @@ def profile_tag(version: str) -> str | None:
     if "+" not in version:
         return None
     parts = version.split("+", 1)[1].split(".")
-    abi = [i for i, p in enumerate(parts) if "cxx11abi" in p.lower()]
+    abi = [i for i, p in enumerate(parts) if "cxx11abi" in p.lower() or p.lower().endswith("abi3")]
     rest = parts[abi[0] + 1 :] if abi else parts[1:]
     rest = [p for p in rest if p and not p.isdigit()]
     return rest[0] if rest else None
 
 
-def from_local_version(version: str, profiles: dict[str, dict[str, Any]] | None = None) -> WheelProfile:
+def from_local_version(
+    version: str, profiles: dict[str, dict[str, Any]] | None = None, kernel: str = "flash-attn"
+) -> WheelProfile:
     """Resolve the local version's tag against matrix.yaml ``profiles`` (name or ``tag``); no tag = full."""
     tag = profile_tag(version)
     if tag is None:
-        return WheelProfile(source=f"local version {version!r} (no tag: full)")
+        return WheelProfile.full(kernel, f"local version {version!r} (no tag: full)")
     for name, spec in (profiles or {}).items():
         spec = spec or {}
         if (spec.get("tag") or name) == tag:
             disabled = frozenset(str(x).lower() for x in spec.get("disable") or [])
             return WheelProfile(
                 name=name,
-                head_dims=tuple(sorted(int(d) for d in spec.get("head_dims") or ALL_HEAD_DIMS)),
-                dtypes=tuple(spec.get("dtypes") or ALL_DTYPES),
+                head_dims=tuple(sorted(int(d) for d in spec.get("head_dims") or head_dims(kernel))),
+                dtypes=tuple(spec.get("dtypes") or dtypes(kernel)),
                 disabled=disabled,
                 source=f"local version tag {tag!r} in matrix.yaml",
+                kernel=kernel,
             )
-    return WheelProfile(name=tag, source=f"local version tag {tag!r} (unknown to matrix.yaml: assumed full)")
+    return WheelProfile(name=tag, head_dims=head_dims(kernel), dtypes=dtypes(kernel), kernel=kernel,
+                        source=f"local version tag {tag!r} (unknown to matrix.yaml: assumed full)")  # fmt: skip
 
 
 def matrix_profiles(path: Path) -> dict[str, dict[str, Any]]:
@@ -115,7 +130,10 @@ def matrix_profiles(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def resolve(
-    manifest: Path | None = None, version: str | None = None, matrix: Path | None = None
+    manifest: Path | None = None,
+    version: str | None = None,
+    matrix: Path | None = None,
+    kernel: str = "flash-attn",
 ) -> WheelProfile:
     """Manifest first, then the local version (with matrix.yaml's profiles), else full."""
     if manifest is not None and manifest.is_file():
@@ -125,5 +143,5 @@ def resolve(
             raise ValueError(f"{manifest}: unreadable manifest ({exc})") from None
         return from_manifest(data)
     if version:
-        return from_local_version(version, matrix_profiles(matrix) if matrix else None)
-    return WheelProfile()
+        return from_local_version(version, matrix_profiles(matrix) if matrix else None, kernel)
+    return WheelProfile.full(kernel)

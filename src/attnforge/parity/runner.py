@@ -18,7 +18,8 @@ from . import cases as C
 from . import profile as P
 from .report import FAILED, SKIPPED, Report, Result
 
-SUITES = ("flash", "flex", "sdpa", "hf")
+SUITES = ("flash", "flex", "sdpa", "hf")  # "flash": the wheel's kernel (FA2 cases, or FA3's for flash-attn-3)
+WHEEL_SUITES = ("flash_attn", "hf", "flash_attn_3", "fa3_upstream")  # what decides the wheel's verdict
 
 
 def device_name() -> str:
@@ -40,27 +41,52 @@ def installed_flash_attn() -> tuple[Any, str | None, str]:
         return None, None, f"flash_attn does not import: {type(exc).__name__}: {exc}"
 
 
-def _dist_version() -> str | None:
+def installed_fa3() -> tuple[Any, str | None, str]:
+    """(flash_attn_interface or None, flash_attn_3's version, why-not)."""
+    try:
+        import flash_attn_interface
+
+        return flash_attn_interface, _dist_version("flash_attn_3"), ""
+    except Exception as exc:
+        return None, None, f"flash_attn_interface does not import: {type(exc).__name__}: {exc}"
+
+
+def _dist_version(dist: str = "flash_attn") -> str | None:
     try:
         from importlib.metadata import version
 
-        return version("flash_attn")
+        return version(dist)
     except Exception:
         return None
+
+
+def _kernel_of(manifest: Path | None, wanted: str | None) -> str:
+    """The wheel's kernel: --kernel, else its manifest's, else flash-attn."""
+    if wanted:
+        return wanted
+    if manifest is not None and manifest.is_file():
+        return str(json.loads(manifest.read_text(encoding="utf-8")).get("kernel") or "flash-attn")
+    return "flash-attn"
 
 
 def run(args: argparse.Namespace) -> tuple[Report, int]:
     import torch
 
     cuda = torch.cuda.is_available()
-    fa, fa_version, fa_why = installed_flash_attn()
-    full_version = _dist_version() or fa_version
     manifest = Path(args.manifest) if args.manifest else None
-    prof = P.resolve(manifest, full_version, Path(args.matrix) if args.matrix else None)
+    kernel = _kernel_of(manifest, args.kernel)
+    if kernel == "flash-attn-3":
+        fa, fa_version, fa_why = installed_fa3()
+        full_version = fa_version
+    else:
+        fa, fa_version, fa_why = installed_flash_attn()
+        full_version = _dist_version() or fa_version
+    prof = P.resolve(manifest, full_version, Path(args.matrix) if args.matrix else None, kernel)
+    dist = "flash_attn_3" if kernel == "flash-attn-3" else "flash_attn"
     report = Report(
         device=device_name(),
         torch=torch.__version__,
-        wheel=args.wheel or (f"flash_attn {full_version}" if full_version else None),
+        wheel=args.wheel or (f"{dist} {full_version}" if full_version else None),
         profile=prof.describe() if fa is not None or manifest else None,
     )
     suites = [s for s in args.suites.split(",") if s]
@@ -72,7 +98,9 @@ def run(args: argparse.Namespace) -> tuple[Report, int]:
         for s in suites:
             report.add(Result(s, s, "-", "-", SKIPPED, reason="no CUDA GPU visible"))
         return report, 5
-    if "flash" in suites:
+    if "flash" in suites and kernel == "flash-attn-3":
+        _run_fa3(args, fa, full_version, fa_why, prof, report, log)
+    elif "flash" in suites:
         if fa is None:
             report.add(Result("flash_attn", "flash_attn", "-", "-", SKIPPED, reason=fa_why))
         else:
@@ -99,7 +127,10 @@ def run(args: argparse.Namespace) -> tuple[Report, int]:
             for r in run_variant(v, "cuda"):
                 report.add(r)
                 _progress(log, r)
-    if "hf" in suites:
+    if "hf" in suites and kernel == "flash-attn-3":
+        report.add(Result("hf", "transformers[flash_attention_3]", "-", "-", SKIPPED,
+                          reason="the transformers client check runs FA2 wheels only"))  # fmt: skip
+    elif "hf" in suites:
         if fa is None:
             report.add(Result("hf", "transformers[flash_attention_2]", "-", "-", SKIPPED, reason=fa_why))
         else:
@@ -111,10 +142,38 @@ def run(args: argparse.Namespace) -> tuple[Report, int]:
     return report, 6 if report.count(FAILED) else 0
 
 
+def _run_fa3(args: argparse.Namespace, fa3: Any, version: str | None, why: str, prof: P.WheelProfile,
+             report: Report, log: Any) -> None:  # fmt: skip
+    """FA3's own cases (``fa3cases``), then a sample of upstream's tests when --upstream-tests is given."""
+    if fa3 is None:
+        report.add(Result("flash_attn_3", "flash_attn_interface", "-", "-", SKIPPED, reason=why))
+        return
+    from . import fa3cases
+    from .fa3 import run_case
+    from .flash import run_case_isolated
+
+    todo = fa3cases.fa3_cases(prof, quick=args.quick)
+    log(f"flash_attn_3 {version}: {len(todo)} cases; profile {prof.describe()}")
+    for i, c in enumerate(todo):
+        for r in run_case_isolated(c, seed=i) if c.expect_error else run_case(fa3, c, seed=i):
+            report.add(r)
+            _progress(log, r)
+    if args.upstream_tests:
+        from .upstream import run as run_upstream
+
+        log(f"upstream tests: sampling {args.upstream_sample} from {args.upstream_tests}")
+        for r in run_upstream(prof, Path(args.upstream_tests), sys.executable, args.upstream_sample,
+                              args.upstream_seed, args.upstream_budget_s):  # fmt: skip
+            report.add(r)
+            _progress(log, r)
+
+
 def wheel_passed(report: Report) -> bool:
-    """The wheel's verdict: its own suites (flash_attn, hf) have no failure and flash_attn ran cases."""
-    mine = [r for r in report.results if r.suite in ("flash_attn", "hf")]
-    return not any(r.status == FAILED for r in mine) and any(r.ok for r in mine if r.suite == "flash_attn")
+    """The wheel's verdict: its own suites (flash_attn or flash_attn_3, hf, the sampled upstream tests) have
+    no failure and its kernel suite ran cases."""
+    mine = [r for r in report.results if r.suite in WHEEL_SUITES]
+    ran = any(r.ok for r in mine if r.suite in ("flash_attn", "flash_attn_3"))
+    return not any(r.status == FAILED for r in mine) and ran
 
 
 def _logger(args: argparse.Namespace) -> Any:
@@ -144,15 +203,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--matrix", default=os.environ.get("ATTNFORGE_MATRIX"), help="matrix.yaml (profile tags)")
     ap.add_argument("--suites", default=",".join(SUITES), help=f"comma list of {', '.join(SUITES)}")
     ap.add_argument("--quick", action="store_true", help="one head dim per dtype, bf16-only Flex")
+    ap.add_argument(
+        "--kernel", choices=("flash-attn", "flash-attn-3"), help="the wheel's kernel (default: manifest's)"
+    )
+    ap.add_argument(
+        "--upstream-tests", help="FA3: source archive (or hopper/ folder) whose test_flash_attn.py to sample"
+    )
+    ap.add_argument("--upstream-sample", type=int, default=120, help="FA3: how many upstream tests to run")
+    ap.add_argument("--upstream-seed", type=int, default=0, help="FA3: the sample's seed")
+    ap.add_argument(
+        "--upstream-budget-s", type=float, default=300.0, help="FA3: time limit of the upstream run"
+    )
     ap.add_argument("--record", action="store_true", help="write the outcome into --manifest's parity")
     ap.add_argument("--report-path", help="path recorded as parity.report (default: OUT/parity.json)")
+    ap.add_argument("--stem", default="parity", help="report file names: STEM.json, STEM.md, STEM.junit.xml")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--save-results", help="also write every result (all fields) to this JSON file")
     ap.add_argument("--load-results", action="append", help="results saved by an earlier run, merged in")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     report, code = run(args)
-    paths = report.write(Path(args.out))
+    paths = report.write(Path(args.out), args.stem)
     if args.save_results:
         Path(args.save_results).write_text(json.dumps([r.__dict__ for r in report.results], default=str))
     s = report.to_json()

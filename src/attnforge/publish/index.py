@@ -285,7 +285,8 @@ def root_pages(projects: Sequence[str]) -> tuple[bytes, bytes]:
 
 
 def landing_page(variants: Sequence[str]) -> bytes:
-    body = ["<p>pip install flash-attn --index-url &lt;this URL&gt;/&lt;variant&gt;/simple</p>", "<ul>"]
+    body = ["<p>pip install flash-attn (or flash-attn-3) --index-url &lt;this URL&gt;/&lt;variant&gt;/simple</p>",
+            "<ul>"]  # fmt: skip
     body += [
         f'  <li><a href="{quote(v)}/simple/">{html.escape(v)}</a></li>' for v in [ALL, *sorted(variants)]
     ]

@@ -42,6 +42,7 @@ class SmokeRequest:
 
     wheel: Path | None = None
     index_url: str | None = None
+    kernel: str = "flash-attn"  # the project to install from the index (flash-attn-3: flash_attn_interface)
 
     @property
     def asked(self) -> bool:
@@ -128,7 +129,9 @@ def run_checks(host: Host, opts: CheckOptions, smoke: SmokeRequest | None = None
     if smoke is not None and smoke.asked:
         python = str(probe.get("executable") or (opts.pythons[0] if opts.pythons else "python3"))
         site = [str(p) for p in probe.get("site") or []] if probe.get("venv") else []
-        result = run_smoke(host, python, wheel=smoke.wheel, index_url=smoke.index_url, base_site=site)
+        result = run_smoke(
+            host, python, wheel=smoke.wheel, index_url=smoke.index_url, base_site=site, kernel=smoke.kernel
+        )
         failed = result.failed > 0 or not result.ran
         checks.append(Check("smoke", "fail" if failed else "pass", result.detail, blocking=failed))
     return RunnerReport(

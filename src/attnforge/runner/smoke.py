@@ -1,5 +1,6 @@
-"""The optional smoke run: install a flash-attn wheel into a fresh venv that reuses the machine's torch
-(`--system-site-packages`) and compare one small flash_attn_func forward with torch SDPA on every GPU.
+"""The optional smoke run: install a flash-attn (or flash-attn-3) wheel into a fresh venv that reuses the
+machine's torch (`--system-site-packages`) and compare one small flash_attn_func forward with torch SDPA on
+every GPU.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..kernels import KERNELS, facts, modules
 from .host import Host
 
 PREFIX = "@@attnforge-runner-smoke "
@@ -22,10 +24,13 @@ LINK_SCRIPT = (
     "open(site.getsitepackages()[0] + '/_attnforge_base.pth', 'w').write('\\n'.join(sys.argv[1:]) + '\\n')"
 )
 
-# Runs inside the venv: standard library + torch + flash_attn only.
+# Runs inside the venv: standard library + torch + the kernel only (@DIST@ / @API@ become its distribution and
+# API module: flash_attn, or flash_attn_3 with flash_attn_interface; see `script_for`).
 SMOKE_SCRIPT = r"""
-import json, sys, time
+import importlib, json, sys, time
 from importlib import metadata
+DIST = "@DIST@"
+API = "@API@"
 out = {"devices": [], "error": None}
 def done():
     print("@@attnforge-runner-smoke " + json.dumps(out), flush=True)
@@ -34,16 +39,16 @@ try:
     import torch
     import torch.nn.functional as F
     out["torch"] = torch.__version__
-    reqs = [r for r in (metadata.requires("flash_attn") or []) if r.replace(" ", "").lower().startswith("torch")]
+    reqs = [r for r in (metadata.requires(DIST) or []) if r.replace(" ", "").lower().startswith("torch")]
     out["torch_requirement"] = reqs[0] if reqs else None
-    from flash_attn import flash_attn_func
-    out["flash_attn"] = metadata.version("flash_attn")
+    flash_attn_func = importlib.import_module(API).flash_attn_func
+    out["flash_attn"] = metadata.version(DIST)
 except Exception as exc:
     out["error"] = "import: %s: %s" % (type(exc).__name__, exc)
     done()
 record = {}
 try:
-    record = json.loads(metadata.distribution("flash_attn").read_text("attnforge_build.json") or "{}")
+    record = json.loads(metadata.distribution(DIST).read_text("attnforge_build.json") or "{}")
 except Exception:
     pass
 # a wheel that was never finalized has no record: the manifest beside it (passed as argv[1]) says the same
@@ -148,6 +153,18 @@ def profile_hint(wheel: Path | None) -> dict[str, Any]:
     return {k: inputs[k] for k in ("head_dims", "dtypes") if inputs.get(k)}
 
 
+def kernel_of_wheel(wheel: Path) -> str:
+    """flash_attn_3-3.0.0+...whl -> flash-attn-3 (a file of no known kernel: flash-attn)."""
+    dist = wheel.name.split("-")[0]
+    return next((k for k in KERNELS if facts(k)["dist"] == dist), "flash-attn")
+
+
+def script_for(kernel: str) -> str:
+    """The smoke script for a kernel (its distribution and API module from kernels.json)."""
+    mods = modules(kernel)
+    return SMOKE_SCRIPT.replace("@DIST@", mods["dist"]).replace("@API@", mods["api"])
+
+
 def run_smoke(
     host: Host,
     python: str,
@@ -157,12 +174,14 @@ def run_smoke(
     workdir: Path | None = None,
     base_site: list[str] | None = None,
     timeout: float = 900.0,
+    kernel: str = "flash-attn",
 ) -> SmokeResult:
-    """Install the wheel (or flash-attn from the index) into a fresh venv and run the script.
+    """Install the wheel (or `kernel`, flash-attn by default, from the index) into a fresh venv and run the
+    script.
 
     `base_site`: site-packages folders of the interpreter that has torch (chained with a .pth file).
     """
-    source = str(wheel) if wheel else f"flash-attn from {index_url}"
+    source = str(wheel) if wheel else f"{kernel} from {index_url}"
     tmp = Path(tempfile.mkdtemp(prefix="attnforge-smoke-", dir=workdir))
     try:
         venv = tmp / "venv"
@@ -175,14 +194,15 @@ def run_smoke(
             if not linked.ok:
                 return SmokeResult(ran=False, failed=1, source=source, detail=f"venv link: {linked.reason()}")
         pip = [vpy, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "--quiet"]
-        what = [str(wheel)] if wheel else ["--index-url", str(index_url), "flash-attn"]
+        what = [str(wheel)] if wheel else ["--index-url", str(index_url), kernel]
         installed = host.run([*pip, *what], timeout=600)
         if not installed.ok:
             return SmokeResult(
                 ran=False, failed=1, source=source, detail=f"pip install: {installed.reason()}"
             )
         hint = profile_hint(wheel)
-        res = host.run([vpy, "-c", SMOKE_SCRIPT, *([json.dumps(hint)] if hint else [])], timeout=timeout)
+        script = script_for(kernel_of_wheel(wheel) if wheel else kernel)
+        res = host.run([vpy, "-c", script, *([json.dumps(hint)] if hint else [])], timeout=timeout)
         data = parse_smoke_output(res.stdout)
         if data is None:
             return SmokeResult(ran=True, failed=1, source=source, detail=f"smoke script: {res.reason()}")

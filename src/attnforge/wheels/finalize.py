@@ -5,8 +5,10 @@ For one wheel and its manifest:
 2. `auditwheel repair` with torch's and the CUDA/ROCm runtime's libraries excluded (they come from the
    torch wheel), taking `manylinux_2_X` when true, else keeping `linux_<arch>` with the reason; a pure
    wheel (ROCm Triton profile) must be `py3-none-any` with no compiled file, and skips auditwheel;
-3. rewrite: local version naming the variant (`+cu130torch2.14cxx11abiTRUE[.tag]`, added or repaired),
-   `Requires-Dist: torch==X.Y.*` (a custom torch build: `torch==<that build>`), the build record `<dist-info>/attnforge_build.json`, RECORD regenerated,
+3. rewrite: local version naming the variant (`+cu130torch2.14cxx11abiTRUE[.tag]`, or for a stable-ABI
+   wheel `+cu130sm90atorch2.9abi3[.tag]`, added or repaired), `Requires-Dist: torch==X.Y.*` (a custom torch
+   build: `torch==<that build>`; a stable-ABI wheel: `torch>=2.9`), the build record
+   `<dist-info>/attnforge_build.json`, RECORD regenerated,
    members sorted with SOURCE_DATE_EPOCH timestamps (same input, same bytes);
 4. verify: every RECORD hash, the core metadata (packaging, strict), `check-wheel-contents`;
 5. write the manifest (`wheel`, `sha256`, `size`, `platform_tag`, `finalize`) beside the new wheel.
@@ -172,6 +174,11 @@ def _check_python_tags(contents: WheelContents, names: WheelNames, tags: frozens
             f"{contents.filename}: Python tag {'.'.join(sorted(interpreters))} but the cell is "
             f"{names.python_tag}: the build used the wrong interpreter"
         )
+    if names.abi_tag == "abi3" and abis != {"abi3"}:
+        raise BuildError(
+            f"{contents.filename}: ABI tag {'.'.join(sorted(abis))}, but the cell is a stable-ABI wheel "
+            f"({names.wheel_tag}): the build did not use the limited API"
+        )
     if abis not in ({names.python_tag}, {"abi3"}):
         raise BuildError(f"{contents.filename}: ABI tag {'.'.join(sorted(abis))} is not {names.python_tag}")
     digits = names.python_tag[2:]
@@ -198,7 +205,7 @@ def _check_pure(contents: WheelContents, names: WheelNames, tags: frozenset[Any]
 
 
 def _rewrite_metadata(msg: Message, names: WheelNames, changes: list[str]) -> bytes:
-    """Version with the local segment, and the torch pin (`WheelNames.torch_requirement`)."""
+    """Version with the local segment, and the cell's torch requirement (`WheelNames.torch_requirement`)."""
     old_version = msg.get("Version", "")
     if old_version != names.version:
         msg.replace_header("Version", names.version)

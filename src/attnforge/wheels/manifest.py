@@ -148,7 +148,7 @@ def manifest_inputs(cell: Cell, *, for_image: bool = False) -> dict[str, Any]:
     """
     head_dims = cell.profile_spec.head_dims
     inputs: dict[str, Any] = {
-        "source": "pypi-sdist",
+        "source": cell.source_kind,
         "source_sha256": cell.source_sha256,
         "toolkit": str(cell.toolkit),
         "torch": cell.torch,
@@ -164,6 +164,9 @@ def manifest_inputs(cell: Cell, *, for_image: bool = False) -> dict[str, Any]:
     }
     if cell.torch_build:
         inputs["torch_build"] = cell.torch_build
+    if cell.stable_abi:  # one wheel for every torch >= torch_floor, Python >= abi3_python
+        inputs["torch_floor"] = cell.torch_floor
+        inputs["abi3_python"] = cell.abi3_python
     if for_image:
         for key in BUILD_ONLY_INPUTS:
             del inputs[key]

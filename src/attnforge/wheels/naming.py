@@ -1,7 +1,8 @@
 """Names a finalized wheel carries (variant, local version, torch pin) and parsing them back.
 
 The names come from `attnforge.matrix.cell.Cell` (one source of truth with the planner); this module builds a
-Cell from a manifest's `inputs` and parses local versions such as `cu130torch2.14cxx11abiTRUE.infer`.
+Cell from a manifest's `inputs` and parses local versions back: `cu130torch2.14cxx11abiTRUE.infer` (one torch
+release) and `cu130sm90atorch2.9abi3.fa3hd64128` (a stable-ABI wheel: toolkit, arches, torch floor).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from ..errors import BuildError
 from ..matrix.cell import Cell, Toolkit
@@ -27,6 +29,12 @@ LOCAL_RE = re.compile(
     r"(?:\.pt(?P<build>\d[a-z0-9]*))?(?:\.(?P<tag>[a-z][a-z0-9]*))?$",
     re.IGNORECASE,
 )
+# a stable-ABI wheel (cp310-abi3): toolkit, compiled arches, the oldest torch it serves
+STABLE_LOCAL_RE = re.compile(
+    r"^(?P<accel>cu\d{2,4})(?P<arches>(?:sm\d{2,3}[af]?)+)torch(?P<torch>\d+\.\d+)abi3"
+    r"(?:\.(?P<tag>[a-z][a-z0-9]*))?$",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -34,21 +42,62 @@ class LocalParts:
     """The axes a local version names."""
 
     accel: str  # "cu130" | "rocm6.4"
-    torch_family: str  # "2.14"
+    torch_family: str  # "2.14"; for a stable-ABI wheel the oldest torch it serves
     cxx11_abi: bool
     profile_tag: str | None
     torch_build: str | None = None  # the slug of a custom torch build (`.pt<slug>`), as `Cell.custom_torch`
+    arches: tuple[str, ...] = ()  # a stable-ABI wheel's arches as the name spells them ("sm90a")
+    stable_abi: bool = False
 
     @property
     def variant(self) -> str:
+        if self.stable_abi:
+            return f"{self.accel}-{'-'.join(self.arches)}-torch{self.torch_family}abi3"
         base = f"{self.accel}-torch{self.torch_family}"
         if self.torch_build:
             base += f"-pt{self.torch_build}"
         return base if self.cxx11_abi else f"{base}-cxx11abiFALSE"
 
+    def torch_problem(self, torch_version: str) -> str | None:
+        """Why a torch release cannot run this wheel (None when it can): another release family, or for a
+        stable-ABI wheel one older than its floor."""
+        have = torch_family(torch_version)
+        if self.stable_abi:
+            if Version(have) < Version(self.torch_family):
+                return f"wheel needs torch >= {self.torch_family} (stable ABI), this is {torch_version}"
+            return None
+        return (
+            None
+            if have == self.torch_family
+            else f"wheel needs torch {self.torch_family}.*, this is {torch_version}"
+        )
+
+    def accel_problem(self, accel: str) -> str | None:
+        """Why torch's CUDA/ROCm build cannot run this wheel: another one; for a stable-ABI wheel another
+        CUDA major or an older minor (CUDA minor-version compatibility covers newer ones)."""
+        if accel == self.accel or (self.stable_abi and cuda_minor_compatible(accel, self.accel)):
+            return None
+        return f"wheel is {self.accel}, torch here is {accel}"
+
+
+def cuda_minor_compatible(have: str, built: str) -> bool:
+    """Whether torch's CUDA `have` (cu131) runs code built for `built` (cu130): same major, newer or same
+    minor (NVIDIA's minor-version compatibility); False for ROCm or different majors."""
+    if not (have.startswith("cu") and built.startswith("cu")):
+        return False
+    h, b = have[2:], built[2:]
+    return h[:-1] == b[:-1] and int(h[-1]) >= int(b[-1])
+
 
 def parse_local(local: str) -> LocalParts | None:
-    """Parse `cu130torch2.14cxx11abiTRUE[.pt<build>][.tag]`; None when it is not one of ours."""
+    """Parse `cu130torch2.14cxx11abiTRUE[.pt<build>][.tag]` or `cu130sm90atorch2.9abi3[.tag]`; None when not ours."""
+    st = STABLE_LOCAL_RE.match(local)
+    if st:
+        return LocalParts(
+            accel=st["accel"].lower(), torch_family=st["torch"], cxx11_abi=True,
+            profile_tag=st["tag"].lower() if st["tag"] else None,
+            arches=tuple(re.findall(r"sm\d{2,3}[af]?", st["arches"].lower())), stable_abi=True,
+        )  # fmt: skip
     m = LOCAL_RE.match(local)
     if not m:
         return None
@@ -77,8 +126,11 @@ def torch_requirement(torch_version: str) -> str:
 
 
 def torch_pin(cell: Cell) -> str:
-    """The pin of a cell's wheel: the release family (`torch_requirement`), or for a custom torch build (a
-    nightly, NGC's `2.10.0a0+<sha>`) exactly that build: its C++ ABI is promised by nothing else."""
+    """The torch requirement of a cell's wheel: its release family (`torch_requirement`); `torch>=FLOOR` for a
+    stable-ABI wheel; for a custom torch build (a nightly, NGC's `2.10.0a0+<sha>`) exactly that build: its C++
+    ABI is promised by nothing else."""
+    if cell.torch_floor:
+        return f"{TORCH_PROJECT}>={cell.torch_floor}"
     if cell.custom_torch and cell.torch_build:
         return f"{TORCH_PROJECT}=={cell.torch_build}"
     return torch_requirement(cell.torch)
@@ -140,6 +192,8 @@ def cell_from_manifest(manifest: dict[str, Any], built_local: str | None = None)
         platform=str(inputs.get("platform") or "x86_64"),
         torch_variant=inputs.get("torch_variant"),
         torch_build=inputs.get("torch_build"),
+        torch_floor=inputs.get("torch_floor"),
+        abi3_python=inputs.get("abi3_python"),
         profile_spec=spec,
     )
 
@@ -152,19 +206,19 @@ class WheelNames:
     version: str  # 2.8.3+cu130torch2.14cxx11abiTRUE
     local_version: str
     variant: str
-    python_tag: str  # cp311
-    torch_requirement: str  # torch==2.14.* (a custom torch build: torch==<that build>)
+    python_tag: str  # cp311 (cp310 for a stable-ABI wheel)
+    torch_requirement: str  # torch==2.14.* (custom torch build: torch==<it>; stable ABI: torch>=2.9)
     platform: str  # x86_64
     pure_python: bool = False  # a ROCm Triton wheel: py3-none-any, nothing compiled
+    abi_tag: str = ""  # cp311, or abi3 for a stable-ABI wheel (empty: the python tag)
 
     @property
     def wheel_tag(self) -> str:
-        """The tag the wheel must carry before finalize (`cp311-cp311-linux_x86_64` or `py3-none-any`)."""
-        return (
-            "py3-none-any"
-            if self.pure_python
-            else f"{self.python_tag}-{self.python_tag}-linux_{self.platform}"
-        )
+        """The tag the wheel must carry before finalize (`cp311-cp311-linux_x86_64`,
+        `cp310-abi3-linux_x86_64` or `py3-none-any`)."""
+        if self.pure_python:
+            return "py3-none-any"
+        return f"{self.python_tag}-{self.abi_tag or self.python_tag}-linux_{self.platform}"
 
 
 def expected_names(manifest: dict[str, Any], built_local: str | None = None) -> WheelNames:
@@ -177,8 +231,9 @@ def expected_names(manifest: dict[str, Any], built_local: str | None = None) -> 
         version=f"{cell.kernel_version}+{cell.local_version}",
         local_version=cell.local_version,
         variant=cell.variant,
-        python_tag=cell.cp,
+        python_tag=cell.py_tag,
         torch_requirement=torch_pin(cell),
         platform=cell.platform,
         pure_python=cell.pure_python,
+        abi_tag="abi3" if cell.stable_abi else cell.cp,
     )
