@@ -248,3 +248,19 @@ def test_plain_script_drop_in_serves_an_equal_block_mask(clients: Any) -> None:
     other = create_block_mask(shifted, None, None, 64, 64, device="cpu")
     assert client_torch._kind(other, call, clients["torch"]) is None
     assert client_torch._kind(bm, call, clients["torch"]) == ("causal", None)
+
+
+def test_a_corrupted_package_warns_once_and_the_variant_compiles_instead(tmp_path: Path) -> None:
+    runtime._warned.clear()
+    art = _artifacts(tmp_path)
+    manifest = json.loads((art / "manifest.json").read_text())
+    entry = manifest["variants"][0]
+    (art / "pkg.pt2").write_bytes(b"not the built package")
+    entry["aoti"] = {"file": "pkg.pt2", "ok": True, "sha256": "0" * 64}
+    (art / "manifest.json").write_text(json.dumps(manifest))
+    server = Server(art, client="transformers")
+    assert server.disabled is None
+    with pytest.warns(runtime.FlexCacheWarning, match="AOTInductor package not used: sha256 differs") as rec:
+        fn = runtime.attention(entry["name"], art)
+        runtime.attention(entry["name"], art)
+    assert len(rec) == 1 and fn.packaged is None and fn.pre is None  # the call compiles the same variant

@@ -178,16 +178,17 @@ def flex_attention(*args: Any, **kwargs: Any) -> Any:
     return client_torch.flex_attention(*args, **kwargs)
 
 
-def stats() -> dict[str, dict[str, int]]:
-    """Per enabled client, what its calls ran so far: aoti, precompiled, compile, eager or not served."""
+def stats() -> dict[str, dict[str, Any]]:
+    """Per enabled client, how many calls ran what so far (aoti, precompiled, compile, eager, not served)
+    and, under ``variants``, how many calls each variant served."""
     import sys
 
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for client in CLIENTS:
         mod = sys.modules.get(f"{__name__}.client_{client}")
         server = getattr(mod, "_server", None)
         if server is not None:
-            out[client] = dict(server.counts)
+            out[client] = {**server.counts, "variants": dict(server.by_variant)}
     return out
 
 
