@@ -1,0 +1,238 @@
+"""One timed first step of a FlexAttention client, in this (fresh) process; run by benchmarks/flex_clients.py.
+
+    python benchmarks/flex_clients_child.py --client transformers|diffusers|torch \\
+        --mode cold|warm|megacache|dropin --shape '{"batch": 2, "seq_len": 512, ...}' --device cuda \\
+        [--train] [--steady N] [--save FILE.pt] [--artifacts DIR] [--cache-key-log FILE]
+
+Clients (each model randomly initialised from a config built here, seeded, no download):
+  transformers  a small Llama decoder with attn_implementation="flex_attention"; a training step is
+                forward with labels + loss.backward() (--train), else a forward under no_grad
+  diffusers     a small Flux transformer with set_attention_backend("flex"); a forward under no_grad
+  torch         a plain script: q, k, v -> flex(q, k, v, block_mask=causal) (+ backward with --train)
+Modes:
+  cold       the client's own compile (transformers and torch: no attnforge at all; diffusers: attnforge's
+             flex backend over an empty artifacts folder = torch.compile(flex_attention))
+  warm       ``attnforge_flex.enable([client])`` (the installed wheel, or --artifacts), then the same code
+  megacache  torch only: ``attnforge_flex.load()`` then the unchanged script (the Mega-Cache, zero lines)
+  dropin     torch only: ``flex = attnforge_flex.flex_attention`` after ``enable(["torch"])`` (one line)
+The first step is timed from just before ``enable``/``load`` (or the first call) to the synchronised end of
+the step; imports, model construction and inputs are not in it. Prints one JSON line: first_step_s,
+steady_step_s (median of --steady more steps), used (what attnforge_flex.stats() says ran), counters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _sync(dev: str) -> None:
+    import torch
+
+    if dev == "cuda":
+        torch.cuda.synchronize()
+
+
+def _enable(client: str, artifacts: str | None) -> None:
+    import attnforge_flex
+
+    attnforge_flex.enable([client], artifacts=artifacts)
+
+
+def transformers_step(a: argparse.Namespace, shape: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """(step, outputs-to-save, no prepare step) for the Llama decoder."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    dt = torch.bfloat16
+    cfg = LlamaConfig(vocab_size=shape["vocab"], hidden_size=shape["hidden"], intermediate_size=2 * shape["hidden"],
+                      num_hidden_layers=shape["layers"], num_attention_heads=shape["heads_q"],
+                      num_key_value_heads=shape["heads_kv"], max_position_embeddings=8192)  # fmt: skip
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).to(a.device, dt)
+    model.set_attn_implementation("flex_attention")
+    model.train(a.train)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, shape["vocab"], (shape["batch"], shape["seq_len"]), generator=g).to(a.device)
+    layer0 = model.model.layers[0].self_attn.q_proj.weight
+
+    def step() -> Any:
+        if not a.train:
+            with torch.no_grad():
+                return model(ids).logits
+        model.zero_grad(set_to_none=True)
+        out = model(ids, labels=ids)
+        out.loss.backward()
+        return out.logits
+
+    def saved(logits: Any) -> dict[str, Any]:
+        got = {"out": logits.detach().float().cpu()}
+        if a.train and layer0.grad is not None:
+            got["grad"] = layer0.grad.detach().float().cpu()
+        return got
+
+    return step, saved, None
+
+
+def diffusers_step(a: argparse.Namespace, shape: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """(step, outputs-to-save, no prepare step) for the Flux transformer: ``seq_len`` = text + image tokens."""
+    import torch
+    from diffusers import FluxTransformer2DModel
+
+    dt = torch.bfloat16
+    hd, txt = shape["head_dim"], shape["text_tokens"]
+    img = shape["seq_len"] - txt
+    first = max(2, hd // 8 // 2 * 2)  # RoPE axes: even sizes summing to the head dim
+    rope = [first, (hd - first) // 4 * 2, hd - first - (hd - first) // 4 * 2]
+    torch.manual_seed(0)
+    model = FluxTransformer2DModel(patch_size=1, in_channels=16, num_layers=shape["layers"],
+                                   num_single_layers=shape["single_layers"], attention_head_dim=hd,
+                                   num_attention_heads=shape["heads_q"], joint_attention_dim=64,
+                                   pooled_projection_dim=64, axes_dims_rope=rope).to(a.device, dt).eval()  # fmt: skip
+    model.set_attention_backend("flex")
+    g = torch.Generator().manual_seed(1)
+    b = shape["batch"]
+    inp = {"hidden_states": torch.randn(b, img, 16, generator=g).to(a.device, dt),
+           "encoder_hidden_states": torch.randn(b, txt, 64, generator=g).to(a.device, dt),
+           "pooled_projections": torch.randn(b, 64, generator=g).to(a.device, dt),
+           "timestep": torch.full((b,), 0.5, device=a.device),
+           "img_ids": torch.stack([torch.zeros(img), torch.arange(img) // 32, torch.arange(img) % 32], 1).to(a.device),
+           "txt_ids": torch.zeros(txt, 3, device=a.device)}  # fmt: skip
+
+    def step() -> Any:
+        with torch.no_grad():
+            return model(**inp).sample
+
+    return step, lambda out: {"out": out.detach().float().cpu()}, None
+
+
+def torch_step(a: argparse.Namespace, shape: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """(step, outputs-to-save, prepare: picks the script's flex function) for the plain script."""
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    dt = torch.bfloat16
+    g = torch.Generator().manual_seed(1)
+    b, s, d = shape["batch"], shape["seq_len"], shape["head_dim"]
+    q, k, v = (torch.randn(b, h, s, d, generator=g).to(a.device, dt).requires_grad_(a.train)
+               for h in (shape["heads_q"], shape["heads_kv"], shape["heads_kv"]))  # fmt: skip
+    go = torch.randn(b, shape["heads_q"], s, d, generator=g).to(a.device, dt)
+    state: dict[str, Any] = {}
+
+    def causal(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:  # the script's own mask
+        return q_idx >= kv_idx
+
+    def prepare() -> None:
+        if a.mode == "dropin":
+            import attnforge_flex
+
+            _enable("torch", a.artifacts)
+            state["flex"] = attnforge_flex.flex_attention
+        else:
+            if a.mode == "megacache":
+                import attnforge_flex
+
+                attnforge_flex.load(a.artifacts)
+            state["flex"] = torch.compile(flex_attention)
+
+    def step() -> Any:
+        if a.train:
+            for t in (q, k, v):
+                t.grad = None
+        if "mask" not in state:  # built once, in the first step, as a script builds it before its loop
+            state["mask"] = create_block_mask(causal, None, None, s, s, device=a.device)
+        gqa = shape["heads_q"] != shape["heads_kv"]
+        out = state["flex"](q, k, v, block_mask=state["mask"], enable_gqa=gqa)
+        if a.train:
+            out.backward(go)
+        return out
+
+    def saved(out: Any) -> dict[str, Any]:
+        got = {"out": out.detach().float().cpu()}
+        if a.train and q.grad is not None:
+            got["grad"] = q.grad.detach().float().cpu()
+        return got
+
+    return step, saved, prepare
+
+
+def _used(a: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """What the steps ran: attnforge_flex.stats() for warm/dropin, Inductor's cache counters otherwise."""
+    from torch._dynamo.utils import counters
+
+    hits = {k: dict(v) for k, v in counters.items() if k in ("inductor", "aot_autograd")}
+    if a.mode in ("warm", "dropin"):
+        import attnforge_flex
+
+        stats = attnforge_flex.stats().get(a.client, {})
+        ran = sorted(k for k, n in stats.items() if k != "variants" and n)
+        return "+".join(ran) or "none", {"stats": stats, **hits}
+    if a.mode == "megacache":
+        fx = hits.get("inductor", {})
+        return ("megacache" if fx.get("fxgraph_cache_hit") and not fx.get("fxgraph_cache_miss") else
+                "megacache-miss"), hits  # fmt: skip
+    return "compile", hits
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--client", choices=["transformers", "diffusers", "torch"], required=True)
+    ap.add_argument("--mode", choices=["cold", "warm", "megacache", "dropin"], required=True)
+    ap.add_argument("--shape", required=True, help="JSON: batch, seq_len, heads_q, heads_kv, head_dim, ...")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--train", action="store_true")
+    ap.add_argument("--steady", type=int, default=10)
+    ap.add_argument("--save", type=Path)
+    ap.add_argument("--artifacts", help="an artifacts folder instead of the installed wheel's")
+    ap.add_argument("--empty-artifacts", help="diffusers cold: the empty folder its backend is enabled over")
+    ap.add_argument(
+        "--cache-key-log", help="megacache: record the cache keys computed (attnforge.flex.cachekeys)"
+    )
+    a = ap.parse_args(argv)
+    shape = json.loads(a.shape)
+    import contextlib
+
+    import torch
+
+    build = {"transformers": transformers_step, "diffusers": diffusers_step, "torch": torch_step}[a.client]
+    step, saved, prepare = build(a, shape)
+    keys: Any = contextlib.nullcontext()
+    if a.cache_key_log:
+        from attnforge.flex.cachekeys import capture
+
+        keys = capture(a.cache_key_log)
+    _sync(a.device)
+    with keys:
+        t0 = time.perf_counter()
+        if prepare is not None:
+            prepare()
+        elif a.mode == "warm":
+            _enable(a.client, a.artifacts)
+        elif a.client == "diffusers":  # cold: the normal compile behind the same backend, no artifacts
+            import attnforge_flex
+
+            attnforge_flex.enable(["diffusers"], artifacts=a.empty_artifacts)
+        out = step()
+        _sync(a.device)
+        first = time.perf_counter() - t0
+    used, counters = _used(a)
+    if a.save:
+        torch.save(saved(out), a.save)
+    times = []
+    for _ in range(a.steady):
+        t1 = time.perf_counter()
+        step()
+        _sync(a.device)
+        times.append(time.perf_counter() - t1)
+    print(json.dumps({"first_step_s": round(first, 4), "used": used, "counters": counters,
+                      "steady_step_s": round(statistics.median(times), 5) if times else None}), flush=True)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
