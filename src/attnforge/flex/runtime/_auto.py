@@ -53,7 +53,7 @@ class _Finder(importlib.abc.MetaPathFinder):
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
                     spec.loader = _Loader(spec.loader, client)
-                return spec  # type: ignore[no-any-return]
+                return spec
         return None
 
 
