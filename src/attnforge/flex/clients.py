@@ -121,7 +121,7 @@ class FlexClient(BaseModel):
                 err = exc.errors()[0]
                 loc = ".".join(str(p) for p in err["loc"])
                 raise ValueError(
-                    f"client {self.name}: {d['name']}: {loc + ': ' if loc else ''}{err['msg']}"
+                    f"client {self.name}: {d['name']}: {loc + ': ' if loc else ''}{err['msg'].removeprefix('Value error, ')}"
                 ) from None
         return self
 

@@ -163,7 +163,7 @@ def parse_variants(data: Any, where: str = "flex") -> list[FlexVariant]:
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
-        raise ConfigurationError(f"{where}: {loc}: {err['msg']}") from None
+        raise ConfigurationError(f"{where}: {loc}: {err['msg'].removeprefix('Value error, ')}") from None
 
 
 def load_variants(path: Path) -> list[FlexVariant]:

@@ -145,7 +145,8 @@ def enable(
     """Serve the built variants to each named client that is installed: transformers (``attnforge_flex`` and,
     with ``override_flex``, ``flex_attention`` in its attention registry), diffusers (its ``flex`` attention
     backend) and plain scripts (``flex_attention`` of this package). Returns client -> its ``Server``, or why
-    it was skipped. A stale environment or broken artifacts warn once; the clients then compile as usual."""
+    it was skipped. A stale environment, broken artifacts or a client version without the registry this
+    needs warn once; the clients then compile as usual."""
     import importlib.util
 
     out: dict[str, Any] = {}
@@ -155,19 +156,27 @@ def enable(
         if client != "torch" and importlib.util.find_spec(client) is None:
             out[client] = f"{client} is not installed"
             continue
-        if client == "transformers":
-            from . import client_transformers as c
-
-            out[client] = c.enable(artifacts, override_flex=override_flex)
-        elif client == "diffusers":
-            from . import client_diffusers as d
-
-            out[client] = d.enable(artifacts)
-        else:
-            from . import client_torch as t
-
-            out[client] = t.enable(artifacts)
+        try:
+            out[client] = _enable_one(client, artifacts, override_flex)
+        except Exception as exc:  # a client version without the registry this needs: that client compiles
+            out[client] = f"not enabled: {type(exc).__name__}: {exc}"
+            _warn_once(f"{client}: {out[client]}")
     return out
+
+
+def _enable_one(client: str, artifacts: str | Path | None, override_flex: bool) -> Any:
+    """Enable one client; returns its ``Server``."""
+    if client == "transformers":
+        from . import client_transformers
+
+        return client_transformers.enable(artifacts, override_flex=override_flex)
+    if client == "diffusers":
+        from . import client_diffusers
+
+        return client_diffusers.enable(artifacts)
+    from . import client_torch
+
+    return client_torch.enable(artifacts)
 
 
 def flex_attention(*args: Any, **kwargs: Any) -> Any:
