@@ -12,6 +12,8 @@ length inside a bucket (transformers) and an undeclared length.
     python benchmarks/flex_clients.py --device cuda --phase build --out-dir /tmp/fcl   # <= 9 min on the H100
     python benchmarks/flex_clients.py --device cuda --phase time  --out-dir /tmp/fcl   # <= 9 min
     python benchmarks/flex_clients.py --device cpu  --phase all   --out-dir /tmp/fcl-cpu
+    python benchmarks/flex_clients.py --device cuda --phase all --clients transformers --out-dir /tmp/a  # one client
+    python benchmarks/flex_clients.py --device cuda --phase merge --inputs /tmp/a/X.json /tmp/b/X.json --out-dir D
 
 Writes ``OUT/flex_clients_<device>.json`` = ``{"device", "torch", "rows": [{"client", "variant", "shape",
 "declared", "cold_first_step_s", "warm_first_step_s", "steady_step_s", "used", "max_err", ...}], ...}`` after
@@ -68,13 +70,16 @@ PLANS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-def declarations(device: str) -> dict[str, Any]:
-    """The ``flex.clients`` section this benchmark builds."""
+CLIENTS = ("transformers", "diffusers", "torch")
+
+
+def declarations(device: str, clients: tuple[str, ...] = CLIENTS) -> dict[str, Any]:
+    """The ``flex.clients`` section this benchmark builds (for ``clients``)."""
     plan = PLANS[device]
     tm, dm, sm = (plan[c]["model"] for c in ("transformers", "diffusers", "torch"))
     cfg = {"num_attention_heads": tm["heads_q"], "num_key_value_heads": tm["heads_kv"], "hidden_size": tm["hidden"],
            "torch_dtype": "bfloat16"}  # fmt: skip
-    return {"clients": [
+    decls = {"clients": [
         {"name": "llama-tiny", "client": "transformers", "config": cfg, "device": device, **plan["transformers"]["decl"]},
         {"name": "flux-tiny", "client": "diffusers", "device": device, "dtype": "bf16",
          "config": {"num_attention_heads": dm["heads_q"], "attention_head_dim": dm["head_dim"]},
@@ -82,6 +87,7 @@ def declarations(device: str) -> dict[str, Any]:
         {"name": "script", "client": "torch", "device": device, "heads_q": sm["heads_q"], "heads_kv": sm["heads_kv"],
          "head_dim": sm["head_dim"], **plan["torch"]["decl"]},
     ]}  # fmt: skip
+    return {"clients": [d for d in decls["clients"] if d["client"] in clients]}
 
 
 class Log:
@@ -104,7 +110,9 @@ def build(a: argparse.Namespace, log: Log) -> dict[str, Any]:
     from attnforge.parity.venv import install, make_venv
 
     t0 = time.perf_counter()
-    variants = [v.as_dict() for v in parse_variants(declarations(a.device), "benchmarks/flex_clients.py")]
+    variants = [
+        v.as_dict() for v in parse_variants(declarations(a.device, a.clients), "benchmarks/flex_clients.py")
+    ]
     log(f"build: {len(variants)} variants: {', '.join(v['name'] for v in variants)}")
     opts = BuildOptions(out_dir=a.out_dir / "build", precompile=False, jobs=a.jobs, log=log,
                         cache_key_log=a.out_dir / "cachekeys")  # fmt: skip
@@ -200,15 +208,17 @@ def time_rows(a: argparse.Namespace, log: Log) -> dict[str, Any]:
     res: dict[str, Any] = {
         "device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu", "torch": torch.__version__,
         "rows": [], "command": "python benchmarks/flex_clients.py " + " ".join(sys.argv[1:]),
-        "build": info, "declarations": declarations(a.device), "steady_steps": a.steady,
+        "build": info, "declarations": declarations(a.device, a.clients), "steady_steps": a.steady,
         "timing": "first step = enable()/load() (warm) or nothing (cold) + the first step, synchronised; imports, "
                   "model construction and inputs excluded; each in a fresh process with empty Inductor/Triton caches",
     }  # fmt: skip
-    out_file = a.out_dir / f"flex_clients_{'h100' if a.device == 'cuda' else 'cpu'}.json"
+    out_file = a.out_dir / result_name(a.device)
     t0 = time.perf_counter()
     saves = a.out_dir / "outputs"
     saves.mkdir(exist_ok=True)
     for client, plan in PLANS[a.device].items():
+        if client not in a.clients:
+            continue
         for seq_len, what in plan["lengths"]:
             shape = {**plan["model"], "seq_len": seq_len}
             left = a.budget_s - (time.perf_counter() - t0)
@@ -248,6 +258,26 @@ def time_rows(a: argparse.Namespace, log: Log) -> dict[str, Any]:
     return res
 
 
+def result_name(device: str) -> str:
+    return f"flex_clients_{'h100' if device == 'cuda' else 'cpu'}.json"
+
+
+def merge(inputs: list[Path], out: Path) -> dict[str, Any]:
+    """One result from several runs (e.g. one command per client on different machines): rows in order, a
+    later run's row replacing an earlier one for the same client, path and shape; each run's command and build
+    kept under ``runs``."""
+    runs = [json.loads(p.read_text(encoding="utf-8")) for p in inputs]
+    res = {k: runs[0][k] for k in ("device", "torch", "timing", "steady_steps") if k in runs[0]}
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for run in runs:
+        for r in run["rows"]:
+            rows[(r.get("client"), r.get("path"), r.get("shape"))] = r
+    res["rows"] = list(rows.values())
+    res["runs"] = [{k: run.get(k) for k in ("command", "build", "declarations", "time_s")} for run in runs]
+    out.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+    return res
+
+
 def _key_diff(folder: Path, load: Path, shape: dict[str, Any], device: str) -> Any:
     """The plain script's Mega-Cache keys at load vs at build (the variant built for this shape)."""
     from attnforge.flex import cachekeys
@@ -278,14 +308,22 @@ def bytecode(log: Log) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", choices=["cuda", "cpu"], required=True)
-    ap.add_argument("--phase", choices=["build", "time", "all"], default="all")
+    ap.add_argument("--phase", choices=["build", "time", "all", "merge"], default="all")
+    ap.add_argument(
+        "--clients", default=",".join(CLIENTS), help="comma-separated subset of " + ",".join(CLIENTS)
+    )
+    ap.add_argument("--inputs", type=Path, nargs="*", default=[], help="merge: result files to combine")
     ap.add_argument("--out-dir", type=Path, required=True)
     ap.add_argument("--jobs", type=int, default=3, help="variants compiled in parallel while building")
     ap.add_argument("--steady", type=int, default=10, help="steps timed after the first one")
     ap.add_argument("--budget-s", type=float, default=480.0, help="time phase: start no row after this")
     ap.add_argument("--bytecode", action="store_true", help="compileall torch's site-packages first")
     a = ap.parse_args(argv)
+    a.clients = tuple(c for c in CLIENTS if c in a.clients.split(","))
     a.out_dir.mkdir(parents=True, exist_ok=True)
+    if a.phase == "merge":
+        merge(a.inputs, a.out_dir / result_name(a.device))
+        return 0
     log = Log(a.out_dir / "log.txt")
     if a.bytecode:
         bytecode(log)

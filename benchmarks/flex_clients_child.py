@@ -2,7 +2,7 @@
 
     python benchmarks/flex_clients_child.py --client transformers|diffusers|torch \\
         --mode cold|warm|megacache|dropin --shape '{"batch": 2, "seq_len": 512, ...}' --device cuda \\
-        [--train] [--steady N] [--save FILE.pt] [--artifacts DIR] [--cache-key-log FILE]
+        [--train] [--steady N] [--save FILE.pt] [--artifacts DIR] [--cache-key-log FILE] [--profile FILE]
 
 Clients (each model randomly initialised from a config built here, seeded, no download):
   transformers  a small Llama decoder with attn_implementation="flex_attention"; a training step is
@@ -16,7 +16,7 @@ Modes:
   megacache  torch only: ``attnforge_flex.load()`` then the unchanged script (the Mega-Cache, zero lines)
   dropin     torch only: ``flex = attnforge_flex.flex_attention`` after ``enable(["torch"])`` (one line)
 The first step is timed from just before ``enable``/``load`` (or the first call) to the synchronised end of
-the step; imports, model construction and inputs are not in it. Prints one JSON line: first_step_s,
+the step; imports, model construction, inputs and the script's block mask (``mask_s``) are not in it. Prints one JSON line: first_step_s,
 steady_step_s (median of --steady more steps), used (what attnforge_flex.stats() says ran), counters.
 """
 
@@ -28,7 +28,16 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+
+class Client(NamedTuple):
+    """A client's step, what of its output is saved, what runs before the first step (timed), set-up facts."""
+
+    step: Any
+    saved: Any
+    prepare: Any = None
+    info: dict[str, Any] | None = None
 
 
 def _sync(dev: str) -> None:
@@ -44,8 +53,8 @@ def _enable(client: str, artifacts: str | None) -> None:
     attnforge_flex.enable([client], artifacts=artifacts)
 
 
-def transformers_step(a: argparse.Namespace, shape: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """(step, outputs-to-save, no prepare step) for the Llama decoder."""
+def transformers_step(a: argparse.Namespace, shape: dict[str, Any]) -> Client:
+    """The Llama decoder."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -76,11 +85,11 @@ def transformers_step(a: argparse.Namespace, shape: dict[str, Any]) -> tuple[Any
             got["grad"] = layer0.grad.detach().float().cpu()
         return got
 
-    return step, saved, None
+    return Client(step, saved)
 
 
-def diffusers_step(a: argparse.Namespace, shape: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """(step, outputs-to-save, no prepare step) for the Flux transformer: ``seq_len`` = text + image tokens."""
+def diffusers_step(a: argparse.Namespace, shape: dict[str, Any]) -> Client:
+    """The Flux transformer: ``seq_len`` = text + image tokens."""
     import torch
     from diffusers import FluxTransformer2DModel
 
@@ -108,11 +117,11 @@ def diffusers_step(a: argparse.Namespace, shape: dict[str, Any]) -> tuple[Any, A
         with torch.no_grad():
             return model(**inp).sample
 
-    return step, lambda out: {"out": out.detach().float().cpu()}, None
+    return Client(step, lambda out: {"out": out.detach().float().cpu()})
 
 
-def torch_step(a: argparse.Namespace, shape: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """(step, outputs-to-save, prepare: picks the script's flex function) for the plain script."""
+def torch_step(a: argparse.Namespace, shape: dict[str, Any]) -> Client:
+    """The plain script (``prepare`` picks its flex function)."""
     import torch
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
@@ -140,12 +149,16 @@ def torch_step(a: argparse.Namespace, shape: dict[str, Any]) -> tuple[Any, Any, 
                 attnforge_flex.load(a.artifacts)
             state["flex"] = torch.compile(flex_attention)
 
+    # built before the loop, as a script does (its first create_block_mask imports torch._dynamo: about 2.5 s on
+    # the H100 machine, 4-5 s on the 2-core CPU, in every process, cold or warm; not in the timed step)
+    t0 = time.perf_counter()
+    state["mask"] = create_block_mask(causal, None, None, s, s, device=a.device)
+    mask_s = round(time.perf_counter() - t0, 4)
+
     def step() -> Any:
         if a.train:
             for t in (q, k, v):
                 t.grad = None
-        if "mask" not in state:  # built once, in the first step, as a script builds it before its loop
-            state["mask"] = create_block_mask(causal, None, None, s, s, device=a.device)
         gqa = shape["heads_q"] != shape["heads_kv"]
         out = state["flex"](q, k, v, block_mask=state["mask"], enable_gqa=gqa)
         if a.train:
@@ -158,7 +171,7 @@ def torch_step(a: argparse.Namespace, shape: dict[str, Any]) -> tuple[Any, Any, 
             got["grad"] = q.grad.detach().float().cpu()
         return got
 
-    return step, saved, prepare
+    return Client(step, saved, prepare, {"mask_s": mask_s})
 
 
 def _used(a: argparse.Namespace) -> tuple[str, dict[str, Any]]:
@@ -193,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--cache-key-log", help="megacache: record the cache keys computed (attnforge.flex.cachekeys)"
     )
+    ap.add_argument(
+        "--profile", help="write where the first step's time went (cProfile, top 50) to this file"
+    )
     a = ap.parse_args(argv)
     shape = json.loads(a.shape)
     import contextlib
@@ -200,13 +216,19 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     build = {"transformers": transformers_step, "diffusers": diffusers_step, "torch": torch_step}[a.client]
-    step, saved, prepare = build(a, shape)
+    step, saved, prepare, info = build(a, shape)
     keys: Any = contextlib.nullcontext()
     if a.cache_key_log:
         from attnforge.flex.cachekeys import capture
 
         keys = capture(a.cache_key_log)
     _sync(a.device)
+    prof = None
+    if a.profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
     with keys:
         t0 = time.perf_counter()
         if prepare is not None:
@@ -220,6 +242,16 @@ def main(argv: list[str] | None = None) -> int:
         out = step()
         _sync(a.device)
         first = time.perf_counter() - t0
+    if prof is not None:
+        import io
+        import pstats
+
+        prof.disable()
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(50)
+        Path(a.profile).write_text(
+            f"{a.client} {a.mode}: first step {first:.3f} s\n{buf.getvalue()}", encoding="utf-8"
+        )
     used, counters = _used(a)
     if a.save:
         torch.save(saved(out), a.save)
@@ -229,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         step()
         _sync(a.device)
         times.append(time.perf_counter() - t1)
-    print(json.dumps({"first_step_s": round(first, 4), "used": used, "counters": counters,
+    print(json.dumps({"first_step_s": round(first, 4), "used": used, "counters": counters, **(info or {}),
                       "steady_step_s": round(statistics.median(times), 5) if times else None}), flush=True)  # fmt: skip
     return 0
 
