@@ -183,7 +183,10 @@ def _used(a: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         import attnforge_flex
 
         stats = attnforge_flex.stats().get(a.client, {})
-        ran = sorted(k for k, n in stats.items() if k != "variants" and n)
+        # "not served": attnforge logged the shape and the client compiled it as usual
+        ran = sorted(
+            {"compile" if k == "not served" else k for k, n in stats.items() if k != "variants" and n}
+        )
         return "+".join(ran) or "none", {"stats": stats, **hits}
     if a.mode == "megacache":
         fx = hits.get("inductor", {})
