@@ -264,3 +264,10 @@ def test_a_corrupted_package_warns_once_and_the_variant_compiles_instead(tmp_pat
         fn = runtime.attention(entry["name"], art)
         runtime.attention(entry["name"], art)
     assert len(rec) == 1 and fn.packaged is None and fn.pre is None  # the call compiles the same variant
+
+
+def test_a_call_describes_itself_with_what_is_not_default() -> None:
+    assert _call(scale=0.25).describe() == "B2 S20 H4/2 D16 bf16 cpu causal fwd"  # 0.25 = 1/sqrt(16)
+    assert _call(scale=0.5, mask="sliding_window", window=7, softcap=30.0, grad=True).describe() == (
+        "B2 S20 H4/2 D16 bf16 cpu sliding_window window=7 softcap=30 scale=0.5 fwd+bwd"
+    )

@@ -52,10 +52,11 @@ class Call:
                    mask, grad=grad, **kw)  # fmt: skip
 
     def describe(self) -> str:
-        """``B2 S700 H8/2 D64 bf16 causal fwd+bwd`` (+ window, softcap, scale when set)."""
+        """``B2 S700 H8/2 D64 bf16 cuda causal fwd+bwd`` (+ window, softcap, and scale when not 1/sqrt(D))."""
+        scale = None if self.scale is None or math.isclose(self.scale, self.head_dim**-0.5) else self.scale
         extra = "".join(
             f" {k}={v:g}" if isinstance(v, float) else f" {k}={v}"
-            for k, v in (("window", self.window), ("softcap", self.softcap), ("scale", self.scale))
+            for k, v in (("window", self.window), ("softcap", self.softcap), ("scale", scale))
             if v is not None
         )
         return (f"B{self.batch} S{self.seq_len} H{self.heads_q}/{self.heads_kv} D{self.head_dim} {self.dtype} "
