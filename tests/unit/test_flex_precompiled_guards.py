@@ -30,6 +30,7 @@ class FakeCall:
 
     score_mod = None
     gqa = False
+    scale = None
 
     def block_mask(self, seq_len: int) -> str:
         return f"mask{seq_len}"

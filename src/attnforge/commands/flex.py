@@ -13,7 +13,8 @@ from ..project import Project
 
 
 def declared_variants(project: Project, variants_file: Path | None, defaults: bool) -> list[Any]:
-    """--variants FILE, else matrix.yaml's `flex.variants`, else (with --defaults) the built-in set."""
+    """--variants FILE, else matrix.yaml's `flex` section (`variants` and expanded `clients`), else (with
+    --defaults) the built-in set."""
     import yaml
 
     from ..flex.spec import DEFAULT_VARIANTS, load_variants, parse_variants
@@ -29,8 +30,8 @@ def declared_variants(project: Project, variants_file: Path | None, defaults: bo
     flex = raw.get("flex") if isinstance(raw, dict) else None
     if not flex:
         raise ConfigurationError(
-            f"{project.matrix_path}: no `flex.variants` declared",
-            hint="declare them in matrix.yaml, pass --variants FILE, or --defaults",
+            f"{project.matrix_path}: no `flex.variants` or `flex.clients` declared",
+            hint="declare them in matrix.yaml (docs/flex.md), pass --variants FILE, or --defaults",
         )
     return parse_variants(flex, f"{project.matrix_path}: flex")
 
@@ -68,9 +69,13 @@ def command() -> None:
 )
 @click.option("--aoti-retry", is_flag=True, help="After one package crashed on load, still try the others.")
 @click.option("--jobs", type=int, default=2, show_default=True, help="Variants compiled in parallel.")
+@click.option("--cache-key-log", type=click.Path(file_okay=False, path_type=Path),
+              help="Write the Mega-Cache step's cache keys per variant here (<name>.build.jsonl; "
+                   "compare with `python -m attnforge.flex.cachekeys diff`).")  # fmt: skip
 @click.pass_obj
 def build(project: Project, variants_file: Path | None, defaults: bool, only: tuple[str, ...], device: str | None,
-          out: Path, family: str, make_wheel: bool, aoti: bool, precompile: bool, aoti_retry: bool, jobs: int) -> None:  # fmt: skip
+          out: Path, family: str, make_wheel: bool, aoti: bool, precompile: bool, aoti_retry: bool, jobs: int,
+          cache_key_log: Path | None) -> None:  # fmt: skip
     """Compile each variant on this machine (fresh process and cache each) and package the result."""
     from ..flex.build import BuildOptions, build_and_package, failed
 
@@ -92,6 +97,7 @@ def build(project: Project, variants_file: Path | None, defaults: bool, only: tu
         jobs=jobs,
         aoti_retry=aoti_retry,
         log=click.echo,
+        cache_key_log=cache_key_log,
     )
     manifest, wheel = build_and_package([v.as_dict() for v in vs], opts, out / "dist" if make_wheel else None)
     bad = failed(manifest)
@@ -113,8 +119,11 @@ def list_(project: Project, variants_file: Path | None, defaults: bool) -> None:
     for v in declared_variants(project, variants_file, defaults):
         extra = {"sliding_window": f" window={v.window}", "prefix_lm": f" prefix={v.prefix}"}.get(v.mask, "")
         mod = "" if v.score_mod == "none" else f" {v.score_mod}" + (f"={v.softcap:g}" if v.softcap else "")
-        click.echo(f"{v.name}: {v.device} {v.dtype} {v.mask}{extra}{mod} h{v.heads_q}/{v.heads_kv} d{v.head_dim} "
-                   f"s{v.seq_len} b{v.batch}{' bwd' if v.backward else ''}{' dynamic' if v.dynamic else ''} {v.mode}")  # fmt: skip
+        lens = f"s{v.pad_from}-{v.seq_len}" if v.pad_from and v.pad_from < v.seq_len else f"s{v.seq_len}"
+        who = f" [{v.client}: {v.group}]" if v.client else ""
+        scale = f" scale={v.scale:g}" if v.scale is not None else ""
+        click.echo(f"{v.name}: {v.device} {v.dtype} {v.mask}{extra}{mod}{scale} h{v.heads_q}/{v.heads_kv} d{v.head_dim} "
+                   f"{lens} b{v.batch}{' bwd' if v.backward else ''}{' dynamic' if v.dynamic else ''} {v.mode}{who}")  # fmt: skip
 
 
 @command.command("check")

@@ -43,10 +43,11 @@ def trace_and_split(v: dict[str, Any], dev: str) -> tuple[Any, Any, dict[str, An
     bm = mods.block_mask(v, dev)
     sm = mods.score_mod_for(v, dev)
     gqa = mods.gqa(v)
+    scale = mods.scale_of(v)
 
     def step(q: Any, k: Any, vv: Any, go: Any) -> Any:
         q, k, vv = (t.detach().requires_grad_(True) for t in (q, k, vv))
-        out = flex_attention(q, k, vv, score_mod=sm, block_mask=bm, enable_gqa=gqa)
+        out = flex_attention(q, k, vv, score_mod=sm, block_mask=bm, enable_gqa=gqa, scale=scale)
         dq, dk, dv = torch.autograd.grad(out, (q, k, vv), go)
         return out, dq, dk, dv
 

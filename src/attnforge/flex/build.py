@@ -53,6 +53,7 @@ class BuildOptions:
     log: Callable[[str], None] = print
     aoti_retry: bool = False  # after one variant's package crashed on load, still try the others
     aoti_probe: bool = True  # on a crash, run the minimal non-Flex AOTInductor round trip once
+    cache_key_log: Path | None = None  # folder for the Mega-Cache step's cache keys (<name>.build.jsonl)
 
 
 def src_root() -> Path:
@@ -114,7 +115,11 @@ def _build_one(v: dict[str, Any], art: Path, work: Path, opts: BuildOptions) -> 
     name = v["name"]
     entry: dict[str, Any] = {"name": name, "spec": v, "megacache": None, "precompiled": None, "aoti": None}
     mc_file = art / f"{name}.megacache.bin"
-    res = run_worker(opts.python, "megacache", v, ["--out", str(mc_file)], work / name / "mc", opts.timeout_s)
+    args = ["--out", str(mc_file)]
+    if opts.cache_key_log is not None:
+        opts.cache_key_log.mkdir(parents=True, exist_ok=True)
+        args += ["--cache-key-log", str(opts.cache_key_log / f"{name}.build.jsonl")]
+    res = run_worker(opts.python, "megacache", v, args, work / name / "mc", opts.timeout_s)
     if res.get("ok"):
         entry["megacache"] = {"file": mc_file.name, "sha256": sha256_file(mc_file), "size": mc_file.stat().st_size,
                               "compile_s": res.get("compile_s"), "max_err": res.get("max_err"),

@@ -33,8 +33,22 @@ def with_defaults(v: dict[str, Any]) -> dict[str, Any]:
     except ImportError:
         base = {"mask": "causal", "window": None, "prefix": None, "score_mod": "none", "softcap": None,
                 "dtype": "bf16", "head_dim": 128, "heads_q": 16, "heads_kv": 16, "seq_len": 2048, "batch": 1,
-                "dynamic": False, "backward": True, "mode": "default", "device": "cuda"}  # fmt: skip
+                "dynamic": False, "backward": True, "mode": "default", "device": "cuda", "scale": None,
+                "pad_from": None, "client": None, "group": None}  # fmt: skip
         return base | v
+
+
+def read_variants(path: Path) -> list[dict[str, Any]]:
+    """A JSON list of variant dicts, or a ``{"variants": [...], "clients": [...]}`` section (client
+    declarations are expanded by ``spec``, which needs pydantic)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        from .spec import parse_variants
+    except ImportError:
+        if isinstance(data, list):
+            return data
+        raise SystemExit(f"{path}: client declarations need pydantic (pip install pydantic)") from None
+    return [v.as_dict() for v in parse_variants(data, str(path))]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build")
     b.add_argument("--defaults", action="store_true", help="the built-in variants")
-    b.add_argument("--variants", type=Path, help="JSON file: a list of variant dicts")
+    b.add_argument("--variants", type=Path, help="JSON file: a list of variant dicts, or {variants, clients}")
     b.add_argument("--device", choices=["cuda", "cpu"])
     b.add_argument("--only", action="append", default=[])
     b.add_argument("--out", type=Path, required=True)
@@ -51,15 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--no-aoti", action="store_true")
     b.add_argument("--no-precompile", action="store_true")
     b.add_argument("--jobs", type=int, default=3)
+    b.add_argument("--cache-key-log", type=Path, help="folder: the Mega-Cache step's cache keys per variant")
     a = ap.parse_args(argv)
-    raw = json.loads(a.variants.read_text()) if a.variants else list(DEFAULT_VARIANTS)
+    raw = read_variants(a.variants) if a.variants else list(DEFAULT_VARIANTS)
     vs = [with_defaults(v) for v in select(raw, a.device, a.only)]
     if not vs:
         print("flex: no variants to build", file=sys.stderr)
         return 3
-    opts = BuildOptions(
-        out_dir=a.out, family=a.family, aoti=not a.no_aoti, precompile=not a.no_precompile, jobs=a.jobs
-    )
+    opts = BuildOptions(out_dir=a.out, family=a.family, aoti=not a.no_aoti, precompile=not a.no_precompile,
+                        jobs=a.jobs, cache_key_log=a.cache_key_log)  # fmt: skip
     manifest, wheel = build_and_package(vs, opts, a.wheel_dir)
     bad = failed(manifest)
     print(json.dumps({"built": len(vs) - len(bad), "failed": bad, "wheel": str(wheel) if wheel else None}))

@@ -1,8 +1,9 @@
 """Package built Flex artifacts as the ``attnforge-flex-kernels`` wheel (setuptools via ``pip wheel``).
 
-The wheel holds the ``attnforge_flex`` package (the loader, ``attnforge.flex.runtime`` copied verbatim) and
-its ``artifacts/`` folder (the manifest and each variant's Mega-Cache, precompiled function and AOTInductor
-package, where built). Its local version names torch, toolkit and arch (``0.1.0+torch2.11.cu130.sm90``);
+The wheel holds the ``attnforge_flex`` package (the loader, ``attnforge.flex.runtime`` copied verbatim), its
+``artifacts/`` folder (the manifest and each variant's Mega-Cache, precompiled function and AOTInductor
+package, where built) and ``attnforge_flex.pth`` (enables the clients at their import when
+``ATTNFORGE_FLEX_AUTO`` is set: ``runtime/_auto.py``). Its local version names torch, toolkit and arch (``0.1.0+torch2.11.cu130.sm90``);
 a family other than ``default`` is prepended (``+swa.torch2.11.cu130.sm90``).
 """
 
@@ -45,6 +46,27 @@ include-package-data = false
 {pkg} = ["artifacts/*", "py.typed"]
 """
 
+# the wheel's site-packages hook: only with ATTNFORGE_FLEX_AUTO set does it import anything (runtime/_auto.py)
+PTH = 'import os; os.environ.get("ATTNFORGE_FLEX_AUTO") and __import__("attnforge_flex._auto")\n'
+PTH_NAME = "attnforge_flex.pth"
+
+SETUP_PY = """\
+# puts attnforge_flex.pth at the top of site-packages (next to the package), where site.py reads it
+import os
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+
+class BuildWithPth(build_py):
+    def run(self):
+        super().run()
+        self.copy_file("{pth}", os.path.join(self.build_lib, "{pth}"))
+
+
+setup(cmdclass={{"build_py": BuildWithPth}})
+"""
+
 README = """\
 # {name} {version}
 
@@ -52,10 +74,15 @@ FlexAttention variants compiled ahead of time by attnforge for {env_line}.
 
 ```python
 import attnforge_flex
-attnforge_flex.load()                     # Mega-Cache artifacts into torch's compile caches
-fn = attnforge_flex.attention("{first}")  # runs the AOTInductor package(s) (fwd; fwd+bwd: a pair) or the
-                                          # precompiled function for the built inputs, else torch.compile
+attnforge_flex.enable()                   # transformers' flex_attention and diffusers' flex backend run the
+                                          # built variants at their declared shapes (others compile)
+flex = attnforge_flex.flex_attention      # a plain script's torch.compile(flex_attention), served
+attnforge_flex.load()                     # or: Mega-Cache artifacts into torch's compile caches
+fn = attnforge_flex.attention("{first}")  # one variant by name, at its built shape
 ```
+
+With `ATTNFORGE_FLEX_AUTO=1` in the environment, `enable()` happens by itself when transformers or diffusers
+is imported (no line in the client).
 
 Variants: {variants}. Built {created}. In another environment `load()` warns once and loads nothing.
 """
@@ -106,6 +133,8 @@ def write_project(artifacts: Path, project: Path) -> dict[str, Any]:
     fmt = {"name": DIST_NAME, "version": version, "family": manifest.get("family", "default"), "variants": names,
            "pkg": IMPORT_NAME, "first": good[0]["name"], "env_line": env_line, "created": manifest.get("created")}  # fmt: skip
     (project / "pyproject.toml").write_text(PYPROJECT.format(**fmt), encoding="utf-8")
+    (project / "setup.py").write_text(SETUP_PY.format(pth=PTH_NAME), encoding="utf-8")
+    (project / PTH_NAME).write_text(PTH, encoding="utf-8")
     (project / "README.md").write_text(README.format(**fmt), encoding="utf-8")
     return manifest
 

@@ -8,9 +8,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigurationError
+from .clients import FlexClient
 from .defaults import DEFAULT_VARIANTS
 
-__all__ = ["DEFAULT_VARIANTS", "FlexSection", "FlexVariant", "load_variants", "parse_variants"]
+__all__ = ["DEFAULT_VARIANTS", "FlexClient", "FlexSection", "FlexVariant", "load_variants", "parse_variants"]
 
 
 class FlexVariant(BaseModel):
@@ -34,6 +35,18 @@ class FlexVariant(BaseModel):
     backward: bool = True
     mode: Literal["default", "max-autotune"] = "default"
     device: Literal["cuda", "cpu"] = "cuda"
+    scale: float | None = Field(None, description="softmax scale (None: 1/sqrt(head_dim))")
+    pad_from: int | None = Field(
+        None,
+        description="a length bucket: calls of pad_from..seq_len tokens are served by padding to seq_len "
+        "(causal and sliding_window masks only: padded keys are then invisible to every real query)",
+    )
+    client: Literal["transformers", "diffusers", "torch"] | None = Field(
+        None, description="the library whose calls this variant serves (set by a `flex.clients` declaration)"
+    )
+    group: str | None = Field(
+        None, description="the `flex.clients` declaration this variant was expanded from"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -89,6 +102,18 @@ class FlexVariant(BaseModel):
             raise ValueError(
                 f"variant {self.name}: heads_q {self.heads_q} is not a multiple of heads_kv {self.heads_kv}"
             )
+        if self.pad_from is not None:
+            if not 1 <= self.pad_from <= self.seq_len:
+                raise ValueError(
+                    f"variant {self.name}: pad_from {self.pad_from} must be in 1..seq_len {self.seq_len}"
+                )
+            if self.pad_from < self.seq_len and self.mask not in ("causal", "sliding_window"):
+                raise ValueError(
+                    f"variant {self.name}: length buckets (pad_from < seq_len) need a causal or sliding_window "
+                    f"mask; with mask {self.mask!r} padded keys would be attended to"
+                )
+        if self.scale is not None and self.scale <= 0:
+            raise ValueError(f"variant {self.name}: scale must be > 0")
         if self.device == "cpu" and self.backward:
             raise ValueError(
                 f"variant {self.name}: FlexAttention has no backward on CPU; set backward: false for device cpu"
@@ -101,16 +126,25 @@ class FlexVariant(BaseModel):
 
 
 class FlexSection(BaseModel):
-    """matrix.yaml ``flex``: the variants to build."""
+    """matrix.yaml ``flex``: the variants to build, given directly (``variants``) or declared from a client's
+    point of view (``clients``: a model config, lengths or length buckets, batch sizes; flex/clients.py)."""
 
     model_config = ConfigDict(extra="forbid")
 
     variants: list[FlexVariant] = Field(default_factory=list)
+    clients: list[FlexClient] = Field(default_factory=list)
+
+    def all_variants(self) -> list[FlexVariant]:
+        """The given variants followed by every client declaration's expansion."""
+        out = list(self.variants)
+        for c in self.clients:
+            out.extend(FlexVariant.model_validate(d) for d in c.expand())
+        return out
 
     @model_validator(mode="after")
     def _unique(self) -> FlexSection:
         seen: set[str] = set()
-        for v in self.variants:
+        for v in self.all_variants():
             if v.name in seen:
                 raise ValueError(f"flex variant name {v.name!r} appears twice")
             seen.add(v.name)
@@ -118,17 +152,18 @@ class FlexSection(BaseModel):
 
 
 def parse_variants(data: Any, where: str = "flex") -> list[FlexVariant]:
-    """Variants from ``{"flex": {"variants": [...]}}``, ``{"variants": [...]}`` or a bare list."""
+    """Variants from ``{"flex": {"variants": [...], "clients": [...]}}``, ``{"variants": [...]}`` or a bare
+    list; client declarations are expanded into one variant per (attention kind, batch, length)."""
     if isinstance(data, dict) and "flex" in data:
         data = data["flex"]
     if isinstance(data, list):
         data = {"variants": data}
     try:
-        return FlexSection.model_validate(data or {}).variants
+        return FlexSection.model_validate(data or {}).all_variants()
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
-        raise ConfigurationError(f"{where}: {loc}: {err['msg']}") from None
+        raise ConfigurationError(f"{where}: {loc}: {err['msg'].removeprefix('Value error, ')}") from None
 
 
 def load_variants(path: Path) -> list[FlexVariant]:

@@ -19,6 +19,11 @@ Actions:
   aoti-probe --variant JSON --out FILE.pt2     the minimal AOTInductor round trip without FlexAttention
                                                (a Linear + GELU): tells a Flex-specific crash from a
                                                general one
+
+``--cache-key-log FILE`` (megacache, first-call): write every FX graph / AOTAutograd cache key the action
+computes, component by component, and the caches' hit/miss messages (``attnforge.flex.cachekeys``); two
+such files, one from the build and one from a loading process, are compared with
+``python -m attnforge.flex.cachekeys diff BUILD LOAD``.
 """
 
 from __future__ import annotations
@@ -74,6 +79,7 @@ def _reference_err(v: dict[str, Any], out: Any, q: Any, k: Any, vv: Any) -> floa
         mask=mask,
         bias=bias,
         softcap=cap,
+        scale=mods.scale_of(v),
         upcast=True,
     )
     return float((out.float() - ref.transpose(1, 2).float()).abs().max().item()) if out.numel() else 0.0
@@ -355,23 +361,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backward", action="store_true")
     ap.add_argument("--steady", type=int, default=0, help="first-call: then time this many more calls")
     ap.add_argument("--profile", help="first-call: write a cProfile of the first call to this file")
+    ap.add_argument("--cache-key-log", help="megacache/first-call: write the cache keys computed (cachekeys)")
     a = ap.parse_args(argv)
     faulthandler.enable()  # a segfault prints the Python stack on stderr (kept in the build manifest)
     v = json.loads(a.variant)
     _fault(a.action)
     try:
-        if a.action == "megacache":
-            res = megacache(v, a.out)
-        elif a.action == "precompile":
-            res = precompile(v, a.out)
-        elif a.action == "aoti-build":
-            res = aoti_build(v, a.out)
-        elif a.action == "aoti-run":
-            res = aoti_run(v, a.package)
-        elif a.action == "aoti-probe":
-            res = aoti_probe(v, a.out)
-        else:
-            res = first_call(v, a.mode, a.artifact, a.backward, a.steady, a.profile)
+        with _key_log(a.cache_key_log):
+            res = _act(a, v)
     except Exception as exc:
         msg = str(exc).strip().splitlines()
         _emit({"ok": False, "kind": _classify(exc), "error": f"{type(exc).__name__}: {msg[0] if msg else ''}",
@@ -379,6 +376,32 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     _emit(res)
     return 0
+
+
+def _key_log(path: str | None) -> Any:
+    """``cachekeys.capture(path)``, or nothing."""
+    import contextlib
+
+    if not path:
+        return contextlib.nullcontext()
+    from .cachekeys import capture
+
+    return capture(path)
+
+
+def _act(a: argparse.Namespace, v: dict[str, Any]) -> dict[str, Any]:
+    """Run the parsed action."""
+    if a.action == "megacache":
+        return megacache(v, a.out)
+    if a.action == "precompile":
+        return precompile(v, a.out)
+    if a.action == "aoti-build":
+        return aoti_build(v, a.out)
+    if a.action == "aoti-run":
+        return aoti_run(v, a.package)
+    if a.action == "aoti-probe":
+        return aoti_probe(v, a.out)
+    return first_call(v, a.mode, a.artifact, a.backward, a.steady, a.profile)
 
 
 if __name__ == "__main__":

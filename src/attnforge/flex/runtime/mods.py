@@ -5,7 +5,8 @@ so the graph a user's process traces is the graph that was compiled ahead of tim
 
 Variant dict keys: name, mask (causal | sliding_window | document | prefix_lm | full), window, prefix,
 score_mod (none | alibi | softcap), softcap, dtype (bf16 | fp16), head_dim, heads_q, heads_kv, seq_len,
-batch, dynamic, backward, mode (default | max-autotune), device (cuda | cpu).
+batch, dynamic, backward, mode (default | max-autotune), device (cuda | cpu), scale (None: 1/sqrt(head_dim)),
+pad_from (length bucket), client, group.
 """
 
 from __future__ import annotations
@@ -172,6 +173,7 @@ class FlexCall:
         self._fn: Callable[..., Any] | None = None
         self._masks: dict[int, Any] = {}
         self.gqa = gqa(v)
+        self.scale = scale_of(v)
 
     @property
     def fn(self) -> Callable[..., Any]:
@@ -188,7 +190,9 @@ class FlexCall:
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         bm = self.block_mask(q.shape[-2])
-        out: torch.Tensor = self.fn(q, k, v, score_mod=self.score_mod, block_mask=bm, enable_gqa=self.gqa)
+        out: torch.Tensor = self.fn(
+            q, k, v, score_mod=self.score_mod, block_mask=bm, enable_gqa=self.gqa, scale=self.scale
+        )
         return out
 
 
@@ -197,11 +201,17 @@ def gqa(v: Variant) -> bool:
     return int(v["heads_q"]) != int(v["heads_kv"])
 
 
+def scale_of(v: Variant) -> float | None:
+    """The variant's softmax scale (None: FlexAttention's default, 1/sqrt(head_dim))."""
+    s = v.get("scale")
+    return None if s is None else float(s)
+
+
 def precompile_args(
     v: Variant, device: Any, q: torch.Tensor, k: torch.Tensor, vv: torch.Tensor
 ) -> tuple[Any, ...]:
-    """The arguments ``precompiled.attend`` takes for this variant: ``(q, k, v, block_mask, score_mod, gqa)``."""
-    return (q, k, vv, block_mask(v, device, q.shape[-2]), score_mod_for(v, device), gqa(v))
+    """The arguments ``precompiled.attend`` takes: ``(q, k, v, block_mask, score_mod, gqa, scale)``."""
+    return (q, k, vv, block_mask(v, device, q.shape[-2]), score_mod_for(v, device), gqa(v), scale_of(v))
 
 
 class FlexModule(torch.nn.Module):  # type: ignore[misc, unused-ignore]
@@ -213,11 +223,12 @@ class FlexModule(torch.nn.Module):  # type: ignore[misc, unused-ignore]
         self.score_mod = score_mod_for(v, device)
         self.bm = block_mask(v, device)
         self.gqa = gqa(v)
+        self.scale = scale_of(v)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         from torch.nn.attention.flex_attention import flex_attention
 
         out: torch.Tensor = flex_attention(
-            q, k, v, score_mod=self.score_mod, block_mask=self.bm, enable_gqa=self.gqa
+            q, k, v, score_mod=self.score_mod, block_mask=self.bm, enable_gqa=self.gqa, scale=self.scale
         )
         return out

@@ -91,17 +91,21 @@ def guard_filter(entries: Sequence[Any]) -> list[bool]:
     return keep
 
 
-def attend(q: Any, k: Any, v: Any, block_mask: Any, score_mod: Any, enable_gqa: bool) -> Any:
+def attend(
+    q: Any, k: Any, v: Any, block_mask: Any, score_mod: Any, enable_gqa: bool, scale: float | None = None
+) -> Any:
     """The function that is precompiled: module level, so its saved form names no local object."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=enable_gqa)
+    return flex_attention(
+        q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=enable_gqa, scale=scale
+    )
 
 
 def compile_and_save(
     example: tuple[Any, ...], out: str | Path, *, dynamic: bool = False, mode: str = "default"
 ) -> Callable[..., Any]:
-    """``aot_compile`` ``attend`` for the example arguments ``(q, k, v, block_mask, score_mod, gqa)``, write
+    """``aot_compile`` ``attend`` for the example arguments ``(q, k, v, block_mask, score_mod, gqa, scale)``, write
     it to ``out`` and return the compiled function (call it to check it)."""
     import torch
 
