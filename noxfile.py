@@ -22,7 +22,8 @@ PYTHON = "3.11"
 # (benchmarks/results/matrix_cost.json).
 CI_SLOW_ALLOWLIST: list[str] = [
     "test_build_default",  # `attnforge build --target default` through Docker + the env build against its torch (~12 min)
-    "test_flex_cpu_wheel",  # Flex kernels built on CPU, packaged, loaded in a fresh venv (~4 min)
+    "test_flex_cpu_wheel",  # Flex kernels built on CPU, packaged, loaded in a fresh venv (~4 min); also selects
+    # test_flex_cpu_wheel_clients: declared transformers/diffusers shapes served from the wheel (~5 min)
     "test_flex_precompiled",  # a precompiled Flex function loaded without tracing; guards; corruption (~1.5 min)
     "test_rocm_triton_build",  # `attnforge build --cell <ROCm Triton cell>`, install, import (~2 min)
 ]

@@ -17,7 +17,6 @@ The artifacts folder holds ``manifest.json`` (cache-key inputs, variants, files,
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import shutil
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..builder.files import sha256_file
 from .runtime import MANIFEST
 
 WORKER = "attnforge.flex.worker"
@@ -105,10 +105,6 @@ def run_worker(
     if not result.get("ok"):
         result["stderr_tail"] = p.stderr[-1500:]
     return result
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _build_one(v: dict[str, Any], art: Path, work: Path, opts: BuildOptions) -> dict[str, Any]:
