@@ -20,13 +20,18 @@ BUILDER = ["-m", "attnforge.builder"]
 
 
 def find_nvcc() -> Path | None:
-    """nvcc from CUDA_HOME, then PATH, then /usr/local/cuda."""
+    """nvcc from CUDA_HOME, then PATH, then /usr/local/cuda; one whose toolkit folder (../..) has the CUDA
+    headers (a wrapper script in /usr/local/bin would make CUDA_HOME /usr/local, where they are not)."""
     for candidate in (
         Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc" if os.environ.get("CUDA_HOME") else None,
         Path(shutil.which("nvcc") or "/nonexistent"),
         Path("/usr/local/cuda/bin/nvcc"),
     ):
-        if candidate and candidate.exists():
+        if (
+            candidate
+            and candidate.exists()
+            and (candidate.parent.parent / "include" / "cuda_runtime.h").is_file()
+        ):
             return candidate
     return None
 

@@ -175,7 +175,10 @@ def build(spec: BuildSpec, rep: Reporter, result: dict[str, Any]) -> None:
     built, parser = compile_wheel(spec, rep, result, vpy, tree, env, py_tag, max_jobs)
     if prebuilt is None:
         compiled = list((parser.sources_event or {}).get("compile", []))
-        result["kernel_objects"]["saved"] = save_kernel_objects(spec, tree, compiled, ident, py_tag, rep)
+        built_with = {**tool, "host_compiler": host_cxx.get("cxx")}
+        result["kernel_objects"]["saved"] = save_kernel_objects(
+            spec, tree, compiled, ident, py_tag, rep, built_with
+        )
     final = out_dir / built.name
     shutil.copyfile(built, final)
     result.update(

@@ -63,6 +63,7 @@ class KernelRelease(Row):
     min_arch: str = "sm_80"
     default_cuda_archs: list[str] = []
     cxx_std: int = 17
+    torch_free_patch: str | None = None  # the patch that takes torch out of the kernel units
     head_dims: list[int] = list(kernel_head_dims("flash-attn"))
     disable_macros: list[str] = []
     rocm_min: str | None = None

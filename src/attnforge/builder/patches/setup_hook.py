@@ -8,6 +8,8 @@ setup.py calls ``apply(ext_modules)`` just before ``setup()`` (the "setup-hooks"
 - ``ATTNFORGE_DEFINES="-DX -DY"``  added to both the nvcc and the host-compiler flags
 - ``ATTNFORGE_PREBUILT_OBJECTS=DIR`` link DIR's objects (DIR/manifest.json maps source -> object file)
   instead of compiling those sources
+- ``ATTNFORGE_UNIT_SECONDS="flash_api=129,flash_fwd_split_hdim128_bf16_sm80=453"`` estimated compile time
+  per unit (stem): ninja starts the units longest first (units without an estimate: ``unit_cost``)
 
 It prints one ``@@attnforge {"event": "sources", ...}`` line. Runs under the build's Python (3.8+), stdlib only.
 """
@@ -56,21 +58,42 @@ def keep_source(src: str, head_dims: set[int], dtypes: set[str], drop_backward: 
     return not (drop_backward and m.group("kind") == "bwd")
 
 
-KIND_WEIGHT = {"bwd": 3.0, "fwd": 1.0, "fwd_split": 1.0}
+# Relative compile cost by kind when no measured estimate is given (H100, nvcc 13.0, hd64128: the split-KV
+# units were the longest, then backward, then forward; issue #18).
+KIND_WEIGHT = {"fwd_split": 2.2, "bwd": 1.6, "fwd": 1.0}
 
 
 def unit_cost(src: str) -> float:
-    """Rough relative compile cost of a source: backward units and large head dims take longest."""
+    """Rough relative compile cost of a source (seconds-like), for units without a measured estimate."""
     m = KERNEL_RE.search(src.replace("\\", "/"))
     if m is None:
-        return 2.0  # flash_api.cpp: a few minutes of host compile, start it early
-    return KIND_WEIGHT[m.group("kind")] * int(m.group("hdim")) / 64.0
+        return 80.0  # flash_api.cpp: a few minutes of host compile
+    causal = 0.8 if m.group("causal") else 1.0
+    return 190.0 * KIND_WEIGHT[m.group("kind")] * causal * (0.75 + int(m.group("hdim")) / 512.0)
 
 
-def longest_first(sources: list[str]) -> list[str]:
-    """Sources ordered longest-first (stable): ninja starts them in this order, which shortens the tail
-    of a parallel build where the slowest units would otherwise start last."""
-    return sorted(sources, key=unit_cost, reverse=True)
+def unit_seconds(text: str) -> dict[str, float]:
+    """``a=1.5,b=20`` -> {"a": 1.5, "b": 20.0}; malformed items are ignored."""
+    out: dict[str, float] = {}
+    for item in text.split(","):
+        name, _, value = item.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def longest_first(sources: list[str], estimates: dict[str, float] | None = None) -> list[str]:
+    """Sources ordered longest-first (stable; longest-processing-time order): ninja starts them in this order,
+    so the slowest units do not start last and leave the other cores idle at the tail."""
+    est = estimates or {}
+
+    def cost(src: str) -> float:
+        stem = os.path.splitext(os.path.basename(src))[0]
+        return est[stem] if stem in est else unit_cost(src)
+
+    return sorted(sources, key=cost, reverse=True)
 
 
 def apply(ext_modules: list[Any]) -> None:
@@ -107,7 +130,7 @@ def apply(ext_modules: list[Any]) -> None:
                 reused.append(src)
             else:
                 compile_list.append(src)
-        compile_list = longest_first(compile_list)
+        compile_list = longest_first(compile_list, unit_seconds(os.environ.get("ATTNFORGE_UNIT_SECONDS", "")))
         ext.sources = compile_list
         args = ext.extra_compile_args
         args["cxx"] = list(args.get("cxx", [])) + defines + host_only
