@@ -124,6 +124,27 @@ def load_avg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def summarise(results: dict[str, Any], args: argparse.Namespace) -> None:
+    """The ratios of the phases run so far, with the conditions, written to ``args.out``."""
+    runs = results.get("sharing_runs", {})
+    one = runs.get("one", {}).get("wall_s")
+    if one and "lane" in runs:
+        lane_s = runs["lane"]["wall_s"]
+        lane = f"{args.toolkit} x torch {args.lane_torch} x Python {args.lane_python}"
+        results.update(one_cell_s=one, lane_s=lane_s, lane_ratio=round(lane_s / one, 3), lane=lane)
+    if one and "four" in runs:
+        results.update(four_python_s=runs["four"]["wall_s"], ratio=round(runs["four"]["wall_s"] / one, 3))
+    results["sharing_conditions"] = {
+        "profile": args.profile,
+        "arch": args.arch,
+        "toolkit": args.toolkit,
+        "machine": f"{os.cpu_count()} cores; load averages per phase in sharing_runs",
+        "what": "attnforge build --backend local from cold kernel objects, ccache off, torch venvs made before",
+        "command": "python benchmarks/build_sharing.py " + " ".join(sys.argv[1:]),
+    }
+    args.out.write_text(json.dumps(results, indent=1) + "\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, required=True, help="working folder (matrix, wheels, logs)")
@@ -138,6 +159,9 @@ def main() -> int:
     ap.add_argument("--four-python", default="3.10,3.11,3.12,3.13")
     ap.add_argument("--sdist", type=Path, help=f"a local {SDIST} to put in the cache (no download)")
     ap.add_argument("--pip-isolated", action="store_true", help="pip without this machine's config files")
+    ap.add_argument(
+        "--keep-objects", type=Path, help="copy each phase's kernel objects to DIR/<phase>/<key>/"
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "matrix_cost.json")
     args = ap.parse_args()
     work = args.work.resolve()
@@ -165,19 +189,12 @@ def main() -> int:
         )
         runs[phase] = res
         print(f"{phase}: {res['wall_s']} s", flush=True)
-    one = runs.get("one", {}).get("wall_s")
-    if one and "lane" in runs:
-        results.update(one_cell_s=one, lane_s=runs["lane"]["wall_s"], lane_ratio=round(runs["lane"]["wall_s"] / one, 3),
-                       lane=f"{args.toolkit} x torch {args.lane_torch} x Python {args.lane_python}")  # fmt: skip
-    if one and "four" in runs:
-        results.update(four_python_s=runs["four"]["wall_s"], ratio=round(runs["four"]["wall_s"] / one, 3))
-    results["sharing_conditions"] = {
-        "profile": args.profile, "arch": args.arch, "toolkit": args.toolkit,
-        "machine": f"{os.cpu_count()} cores; load averages per phase in sharing_runs",
-        "what": "attnforge build --backend local from cold kernel objects, ccache off, torch venvs made before",
-        "command": "python benchmarks/build_sharing.py " + " ".join(sys.argv[1:]),
-    }  # fmt: skip
-    args.out.write_text(json.dumps(results, indent=1) + "\n")
+        summarise(results, args)
+        if args.keep_objects:  # e.g. the kernel objects the GPU machine links into its own torch's binding
+            for objects in (cache / "cells").glob("*/objects"):
+                dest = args.keep_objects / phase / objects.parent.name / "objects"
+                shutil.rmtree(dest, ignore_errors=True)
+                shutil.copytree(objects, dest)
     print(
         json.dumps(
             {k: results.get(k) for k in ("one_cell_s", "lane_s", "lane_ratio", "four_python_s", "ratio")}

@@ -165,6 +165,7 @@ def build(spec: BuildSpec, rep: Reporter, result: dict[str, Any]) -> None:
     }
     max_jobs = 1 if spec.pure_python else auto_max_jobs(spec.max_jobs, spec.job_mem_gb)
     result["max_jobs"] = max_jobs
+    result["cores"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     result["nvcc_threads"] = spec.nvcc_threads
     epoch = spec.source_date_epoch or archive_epoch(archive)
     env = build_env(spec, vpy, tree, epoch, max_jobs, prebuilt, auto_wrap=bool(venv.get("auto_wrap")))
