@@ -142,3 +142,24 @@ def test_setup_hook_starts_the_longest_estimate_first() -> None:
     # without estimates the split-KV units come first (the H100 measurement), then backward
     default = setup_hook.longest_first(sources)
     assert default[0].endswith(f"{SPLIT}.cu") and "bwd" in default[1]
+
+
+def test_plan_cost_shows_what_sharing_saves(run_cli: Any, root: Path, tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copy(root / "matrix.yaml", tmp_path / "matrix.yaml")  # no measured table: the seed only
+    code, out, _ = run_cli("--matrix", str(tmp_path / "matrix.yaml"), "plan", "-t", "release", "--cost",
+                           "--cores", "16", "--format", "json")  # fmt: skip
+    assert code == 0
+    cost = json.loads(out)
+    shared, per_torch, none = cost["shared"], cost["per_torch"], cost["none"]
+    assert shared["kernel_sets"] < per_torch["kernel_sets"] < none["kernel_sets"]
+    assert shared["compile_hours"] < per_torch["compile_hours"] < none["compile_hours"]
+    assert shared["wall_hours"] < shared["compile_hours"] and cost["machine_factor"] == 1.0
+    assert all("rocm" in c for c in cost["not_estimated"])
+    # one CUDA lane's kernel set serves every torch release of it
+    lane = [s for s in cost["kernel_sets"] if any("cu126-torch2.6" in c for c in s["cells"])
+            and any("cu126-torch2.14" in c for c in s["cells"])]  # fmt: skip
+    assert lane and lane[0]["kernel_units"] == 72
+    code, text, _ = run_cli("--matrix", str(tmp_path / "matrix.yaml"), "plan", "-t", "release", "--cost")
+    assert code == 0 and "sharing kernels across torch releases saves" in text

@@ -168,7 +168,9 @@ def command(
         if dry_run:
             for cell in chosen:
                 via = engine.backend_for(cell).name
-                view.log(f"{cell.id} -> {cell.wheel_name} ({via}): {engine.parallelism(cell, 1).reason}")
+                view.log(
+                    f"{cell.id} -> {cell.wheel_name} ({via}): {escape(engine.parallelism(cell, 1).reason)}"
+                )
             return
         res = project.matrix.build.resources
         par = parallel_cells or (1 if res.parallel_cells == "auto" else res.parallel_cells)

@@ -41,6 +41,12 @@ def render_table(plan: Plan, console: Console, show_invalid: bool = True) -> Non
             console.print(f"[red]invalid[/] {v.cell.id}: {'; '.join(v.reasons())}", highlight=False)
 
 
+def _span(versions: set[str]) -> str:
+    """{"2.6", "2.7", "2.14"} -> "2.6-2.14" (one version as it is)."""
+    ordered = sorted(versions, key=lambda v: tuple(int(x) for x in v.split(".")))
+    return ordered[0] if len(ordered) == 1 else f"{ordered[0]}-{ordered[-1]}"
+
+
 def render_cost(cost: PlanCost, console: Console) -> None:
     """Kernel sets with their units and hours, then what sharing kernels saves."""
     table = Table(title=f"target '{cost.target}': compile cost (shared kernel objects)")
@@ -52,16 +58,17 @@ def render_cost(cost: PlanCost, console: Console) -> None:
         "abi",
         "torch",
         "python",
-        "kernel units",
+        "cells",
+        "units",
         "hours",
     ):
         table.add_column(col, overflow="fold")
     for s in sorted(cost.shared.sets, key=lambda s: s.compile_s, reverse=True):
         c = s.cells[0]
         table.add_row(
-            s.key, str(c.toolkit), " ".join(c.arches), c.profile, "1" if c.cxx11_abi else "0",
-            " ".join(sorted({x.torch_family for x in s.cells}, key=lambda v: tuple(map(int, v.split("."))))),
-            " ".join(sorted({x.python for x in s.cells})), str(s.kernel_units), f"{s.compile_s / 3600:.1f}",
+            s.key, str(c.toolkit), ",".join(a.replace("sm_", "") for a in c.arches), c.profile,
+            "1" if c.cxx11_abi else "0", _span({x.torch_family for x in s.cells}), _span({x.python for x in s.cells}),
+            str(len(s.cells)), f"{s.kernel_units}+{len(s.cells)}", f"{s.compile_s / 3600:.1f}",
         )  # fmt: skip
     console.print(table)
     rows = (("shared across torch and Python", cost.shared), ("shared across Python only", cost.per_torch),

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from ..backends.routing import Route, make_route_backend, route_of
 from ..builder.exits import EVENT_PREFIX, EXIT_CONTAINER_KILLED, EXIT_ENV, EXIT_OOM
 from ..builder.files import sha256_file
@@ -287,7 +289,7 @@ class Engine:
             spec = self.project.matrix.kernels[cell.kernel]
             source = fetch_source(cell.kernel, spec, cell.source_sha256, self.cache, self.project.root)
             job = self.job_for(cell, source, share, digest, binding_only)
-            view.log(f"{cell.id}: {job.parallelism.reason}")
+            view.log(f"{cell.id}: {escape(job.parallelism.reason)}")  # its [why] is not markup
             result = self._run_with_oom_retry(job)
             wheel = self._publish_locally(job, result, time.monotonic() - start)
             view.stage(cell.id, "done")

@@ -131,8 +131,8 @@ class UnitTimeTable:
                 f"; x{factor:.2f} for this machine" if factor != 1.0 else ""))  # fmt: skip
         return None
 
-    def _relatives(self, key: str) -> Iterator[tuple[str, float, str]]:
-        """Keys whose times stand in for ``key``, with the scale to apply and why (closest first)."""
+    def _relatives(self, key: str) -> Iterator[tuple[str, float, list[str]]]:
+        """Keys whose times stand in for ``key``, with the scale to apply and how each one differs."""
         kernel, version, toolkit, unit, arches, flags = _split(key)
         known = set(self.measured) | set(self.seed)
         units = [unit]
@@ -152,10 +152,11 @@ class UnitTimeTable:
                 why.append(f"{v2}/{t2}")
             if a2 != arches:
                 why.append(f"{a2} arch(es) scaled")
-            if f2 != flags and unit_kind(unit) != "binding":
-                scale *= flags_scale(flags) / flags_scale(f2)
-                why.append(f"flags {f2} scaled")
-            yield cand, scale, ", ".join(why)
+            if f2 != flags:  # the binding's cost does not follow the kernels' feature macros
+                if unit_kind(unit) != "binding":
+                    scale *= flags_scale(flags) / flags_scale(f2)
+                why.append(f"flags {f2}" + (" scaled" if unit_kind(unit) != "binding" else ""))
+            yield cand, scale, why
 
     def estimate(
         self, kernel: str, version: str, toolkit: str, unit: str, arches: int, flags: str
@@ -171,9 +172,9 @@ class UnitTimeTable:
             est = self._exact(cand, factor)
             if est is None:
                 continue
-            rank = why.count(",") + (2 if "scaled" in why else 0)
+            rank = len(why) + sum("scaled" in w for w in why)  # fewer and unscaled differences first
             if best is None or rank < best[0]:
-                best = (rank, Estimate(est.s * scale, est.peak_rss_gb, f"from {cand} ({why})"))
+                best = (rank, Estimate(est.s * scale, est.peak_rss_gb, f"from {cand} ({', '.join(why)})"))
         if best:
             return best[1]
         kind = unit_kind(unit)
