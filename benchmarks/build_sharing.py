@@ -4,7 +4,7 @@ Three phases, each a real `attnforge build` (local backend, cold kernel objects,
 - ``one``: one cell (the lane's first torch and first Python);
 - ``lane``: every (torch, Python) of one CUDA lane (default torch 2.12, 2.13, 2.14 x Python 3.11, 3.12);
 - ``four``: one torch for four Pythons (default torch 2.14 x 3.10-3.13).
-The torch venvs are made first (not timed: the same on both sides of each ratio, and cached in real use).
+The torch venvs and their host-compiler probes are made first (not timed: cached in real use).
 Results merge into ``--out`` (benchmarks/results/matrix_cost.json): one_cell_s, lane_s, lane, lane_ratio,
 four_python_s, ratio, with each cell's wall time and what it compiled.
 
@@ -30,6 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from attnforge.builder.compiler import choose_host_compiler  # noqa: E402
 from attnforge.builder.report import Reporter  # noqa: E402
 from attnforge.builder.spec import BuildSpec, Source  # noqa: E402
 from attnforge.builder.torchenv import ensure_venv  # noqa: E402
@@ -95,6 +96,8 @@ def make_venvs(work: Path, cache: Path, targets: list[str]) -> None:
                          python=cell["python"], torch=cell["torch"], torch_variant=cell["torch_variant"],
                          build_dir=str(work / "x"), output_dir=str(work / "x"), venv_dir=str(cache / "venvs" / name))  # fmt: skip
         info = ensure_venv(spec, Reporter(None), dict(os.environ))
+        # the host-compiler probe is cached in the venv too: warm, like a venv used before
+        choose_host_compiler(info["vpy"], Path(spec.venv_dir), dict(os.environ), Reporter(None))
         print(f"venv ready: {name} (torch {info['torch']}, CUDA {info['cuda']})", flush=True)
 
 
