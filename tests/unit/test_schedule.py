@@ -163,3 +163,29 @@ def test_plan_cost_shows_what_sharing_saves(run_cli: Any, root: Path, tmp_path: 
     assert lane and lane[0]["kernel_units"] == 72
     code, text, _ = run_cli("--matrix", str(tmp_path / "matrix.yaml"), "plan", "-t", "release", "--cost")
     assert code == 0 and "sharing kernels across torch releases saves" in text
+
+
+def test_setup_hook_writes_the_ninja_file_in_its_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """setuptools sorts sources by name; the hook re-orders the edges torch writes into build.ninja (and
+    only those: the objects torch returns for the link keep their order)."""
+    from torch.utils import cpp_extension
+
+    sys.path.insert(0, str(PATCHES_DIR))
+    try:
+        import setup_hook
+    finally:
+        sys.path.pop(0)
+    seen: dict[str, list[str]] = {}
+
+    def record(**kwargs: Any) -> None:
+        seen.update(sources=kwargs["sources"], objects=kwargs["objects"])
+
+    monkeypatch.setattr(cpp_extension, "_write_ninja_file_and_compile_objects", record)
+    order = ["csrc/b_split.cu", "csrc/a_api.cpp"]
+    assert setup_hook.start_in_order(order)
+    sources = sorted(str(Path(s).resolve()) for s in order)
+    objects = [s + ".o" for s in sources]
+    cpp_extension._write_ninja_file_and_compile_objects(sources=sources, objects=objects, cflags=[])
+    assert [Path(s).name for s in seen["sources"]] == ["b_split.cu", "a_api.cpp"]
+    assert [Path(o).name for o in seen["objects"]] == ["b_split.cu.o", "a_api.cpp.o"]
+    assert [Path(o).name for o in objects] == ["a_api.cpp.o", "b_split.cu.o"]  # the link order is untouched

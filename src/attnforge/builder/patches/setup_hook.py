@@ -9,7 +9,8 @@ setup.py calls ``apply(ext_modules)`` just before ``setup()`` (the "setup-hooks"
 - ``ATTNFORGE_PREBUILT_OBJECTS=DIR`` link DIR's objects (DIR/manifest.json maps source -> object file)
   instead of compiling those sources
 - ``ATTNFORGE_UNIT_SECONDS="flash_api=129,flash_fwd_split_hdim128_bf16_sm80=453"`` estimated compile time
-  per unit (stem): ninja starts the units longest first (units without an estimate: ``unit_cost``)
+  per unit (stem): ninja starts the units longest first (units without an estimate: ``unit_cost``);
+  ``start_in_order`` puts that order into torch's ninja file (setuptools sorts sources by name)
 
 It prints one ``@@attnforge {"event": "sources", ...}`` line. Runs under the build's Python (3.8+), stdlib only.
 """
@@ -96,6 +97,31 @@ def longest_first(sources: list[str], estimates: dict[str, float] | None = None)
     return sorted(sources, key=cost, reverse=True)
 
 
+def start_in_order(order: list[str]) -> bool:
+    """Make torch's ninja file list the compile edges in ``order`` (ninja starts equal-priority edges in file
+    order; setuptools sorts an extension's sources by name before compiling them, which put flash-attn's
+    split-KV units last). Only the ninja file's order changes: the objects are linked in the sorted order
+    as before, so the .so is the same. False when this torch has no ``_write_ninja_file_and_compile_objects``."""
+    try:
+        from torch.utils import cpp_extension
+    except ImportError:
+        return False
+    original = getattr(cpp_extension, "_write_ninja_file_and_compile_objects", None)
+    if original is None:
+        return False
+    rank = {os.path.abspath(src): i for i, src in enumerate(order)}
+
+    def ordered(*args: Any, **kwargs: Any) -> Any:
+        sources, objects = kwargs.get("sources"), kwargs.get("objects")
+        if sources is not None and objects is not None and len(sources) == len(objects):
+            pairs = sorted(zip(sources, objects), key=lambda p: rank.get(os.path.abspath(p[0]), len(rank)))  # noqa: B905 (3.8+)
+            kwargs["sources"], kwargs["objects"] = [s for s, _ in pairs], [o for _, o in pairs]
+        return original(*args, **kwargs)
+
+    cpp_extension._write_ninja_file_and_compile_objects = ordered
+    return True
+
+
 def apply(ext_modules: list[Any]) -> None:
     """Prune sources, add macros and swap in prebuilt objects on flash-attn's CUDA extension."""
     head_dims = {int(x) for x in _csv("ATTNFORGE_HEAD_DIMS")}
@@ -132,6 +158,7 @@ def apply(ext_modules: list[Any]) -> None:
                 compile_list.append(src)
         compile_list = longest_first(compile_list, unit_seconds(os.environ.get("ATTNFORGE_UNIT_SECONDS", "")))
         ext.sources = compile_list
+        ordered = start_in_order(compile_list)
         args = ext.extra_compile_args
         args["cxx"] = list(args.get("cxx", [])) + defines + host_only
         args["nvcc"] = list(args.get("nvcc", [])) + defines
@@ -141,5 +168,6 @@ def apply(ext_modules: list[Any]) -> None:
             "prebuilt": reused,
             "pruned": pruned,
             "defines": defines + host_only,
+            "order": "longest first" if ordered else "by name (torch has no ninja-file hook)",
         }
         print("@@attnforge " + json.dumps(event), flush=True)
