@@ -5,6 +5,7 @@
 #   setsid nohup bash benchmarks/h100_issue18.sh hold-a /tmp/i18 > /tmp/i18.log 2>&1 < /dev/null &
 #   sleep 480; bash benchmarks/h100_issue18.sh status /tmp/i18        # repeat until "hold-a: done"
 #   cp -r /tmp/i18 $OUT/                                              # what comes back
+# Carry: .carry/flash_attn-2.8.3.tar.gz (the sdist) and, for hold-a, .carry/objects-hd128-sm90.tar.gz.
 #
 # hold-a (about 15 min): (1) cross-torch proof: hd128 kernel objects compiled on another machine against
 #   torch 2.14.1 (.carry/objects-hd128-sm90.tar.gz, made by benchmarks/build_sharing.py --keep-objects) are
@@ -21,6 +22,8 @@ if [ "$what" != status ]; then  # each device call copies the working tree anew:
     rm -rf "$work" && cp -a "$PWD" "$work" && cd "$work" || exit 1
 fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" CI=1
+# no network there: the sdist comes with the carry (sha256 checked by the build)
+mkdir -p .attnforge-cache/sources && cp .carry/flash_attn-2.8.3.tar.gz .attnforge-cache/sources/ 2>/dev/null
 py=$(command -v python3)
 af() { python3 -m attnforge.cli "$@"; }
 note() { echo "$(date -u +%FT%TZ) $*" | tee -a "$out/steps.txt"; }
