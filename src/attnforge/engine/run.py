@@ -164,7 +164,7 @@ class Engine:
         return CellJob(cell, spec, workdir, self.logs / f"{cell.id}.log", par, digest, self.memory_limit_gb)
 
     # ---- running ----
-    def build(self, cells: list[Cell], parallel_cells: int = 1) -> list[CellResult]:
+    def build(self, cells: list[Cell], parallel_cells: int | None = None) -> list[CellResult]:
         """Build every cell; cells of one kernel-set run in order (the first compiles, the rest reuse)."""
         self.logs.mkdir(parents=True, exist_ok=True)
         identities: dict[int, str] = {}
