@@ -35,7 +35,7 @@ from .progress import ProgressView
 from .resources import JobMemoryTable, Machine, Parallelism, choose_parallelism, detect_machine
 from .schedule import CellEstimate, cell_estimates, choose_parallel_cells
 from .sources import fetch_source
-from .unittimes import UnitTimeTable, flags_of
+from .unittimes import BINDING_UNIT, UnitTimeTable, flags_of
 
 
 @dataclass
@@ -165,7 +165,7 @@ class Engine:
 
     # ---- running ----
     def build(self, cells: list[Cell], parallel_cells: int | None = None) -> list[CellResult]:
-        """Build every cell; cells of one kernel-set run in order (the first compiles, the rest reuse)."""
+        """Build every cell: a kernel set's first cell compiles its kernels, the others then bind only."""
         self.logs.mkdir(parents=True, exist_ok=True)
         identities: dict[int, str] = {}
         todo: list[tuple[Cell, str]] = []
@@ -229,9 +229,16 @@ class Engine:
         """Each kernel set's first cell compiles its kernels (longest sets first, `parallel_cells` sets at
         once, each with its share of the cores; auto: `schedule.choose_parallel_cells`); once its objects
         are saved, the set's other cells (other torch releases and Pythons) only compile their binding, one
-        job each, as many at once as there are free cores."""
-        cores = self.machine().cores
+        job each, as many at once as there are free cores and memory for their compiler (the binding's
+        measured peak, else 2 GiB)."""
+        machine = self.machine()
+        cores = machine.cores
         est = {id(g): self.estimate(g[0][0]) for g in groups}
+        binding_gb = max((e.units[BINDING_UNIT].peak_rss_gb or 2.0 for e in est.values() if BINDING_UNIT in e.units),
+                         default=2.0)  # fmt: skip
+        reserve = self.project.matrix.build.resources.reserve_memory_gb
+        binds_at_once = max(1, min(cores, int((machine.memory_available_gb - reserve) // binding_gb)))
+        bind_cores = max(1, -(-cores // binds_at_once))  # a binding's share of the cores, memory included
         groups = sorted(groups, key=lambda g: est[id(g)].kernel_s, reverse=True)
         share = parallel_cells or choose_parallel_cells([est[id(g)].durations() for g in groups], cores)
         share = max(1, min(share, len(groups)))
@@ -247,7 +254,7 @@ class Engine:
         with ThreadPoolExecutor(max_workers=max(cores, share)) as pool:
             try:
                 while queue or running:
-                    while (item := self._next_fitting(queue, free, lead_cores, bool(running))) is not None:
+                    while item := self._next_fitting(queue, free, lead_cores, bind_cores, bool(running)):
                         cell, digest, bind, need = item
                         free -= need
                         running[pool.submit(self._build_or_cancel, cell, digest, share, bind)] = (cell, need)
@@ -263,14 +270,14 @@ class Engine:
                 raise
         return results
 
-    def _next_fitting(self, queue: list[tuple[Cell, str, bool]], free: int, lead_cores: int,
+    def _next_fitting(self, queue: list[tuple[Cell, str, bool]], free: int, lead_cores: int, bind_cores: int,
                       busy: bool) -> tuple[Cell, str, bool, int] | None:  # fmt: skip
         """Take the first queued cell that fits in `free` cores (any one when nothing runs): a follower whose
-        kernel objects exist binds only (one core), anything else compiles kernels (a lead's share)."""
+        kernel objects exist binds only (`bind_cores`), anything else compiles kernels (a lead's share)."""
         for i, (cell, digest, follower) in enumerate(queue):
             objects = self.cache / "cells" / cell.kernel_set_key / "objects" / "manifest.json"
             bind = follower and objects.is_file()
-            need = 1 if bind else lead_cores
+            need = bind_cores if bind else lead_cores
             if need <= free or not busy:
                 del queue[i]
                 return cell, digest, bind, need
