@@ -24,6 +24,8 @@ fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" CI=1
 # no network there: the sdist comes with the carry (sha256 checked by the build)
 mkdir -p .attnforge-cache/sources && cp .carry/flash_attn-2.8.3.tar.gz .attnforge-cache/sources/ 2>/dev/null
+# hold B may carry hold A's measured unit times (.carry/unit_times.json): the order then follows them
+[ -f .carry/unit_times.json ] && cp .carry/unit_times.json .attnforge-cache/unit_times.json
 py=$(command -v python3)
 af() { python3 -m attnforge.cli "$@"; }
 note() { echo "$(date -u +%FT%TZ) $*" | tee -a "$out/steps.txt"; }
