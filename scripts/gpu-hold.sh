@@ -9,9 +9,14 @@
 #   bash scripts/gpu-hold.sh wait SECONDS    wait until the steps end or SECONDS pass; print where they are
 #   bash scripts/gpu-hold.sh collect         results into $OUT: reports/ and benchmarks/results/ files, logs
 #
-# Steps: env-build (nox -s gpu-validate: build against this Python's torch, parity, gated publish, install
-# from the served index; $HOLD_BUILD_ARGS, $ATTNFORGE_PARITY_ARGS), and the steps named in
-# reports/gpu/README.md for each hold. Every step's output: $WORK/logs/<step>.log, exit code <step>.rc.
+# Steps (every step's output: $WORK/logs/<step>.log, exit code <step>.rc):
+#   env-build    nox -s gpu-validate: build against this Python's torch, parity, gated publish, install from
+#                the served index ($HOLD_BUILD_ARGS, $ATTNFORGE_PARITY_ARGS); then the FA2 build's schedule
+#                against its bound -> benchmarks/results/build_schedule_h100.json (benchmarks/build_schedule.py)
+#   cross-torch  kernel objects compiled on another machine against another torch
+#                (.carry/objects-$HOLD_CROSS_PROFILE-sm90.tar.gz, default fwd128) bound against this torch: only
+#                the binding compiles; the flash-attn parity suite on that wheel -> reports/gpu/cross_torch.json
+#   customN      the command line in $HOLD_CUSTOM_N (the holds in reports/gpu/README.md)
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WORK="${WORK:-/tmp/af}"
@@ -41,6 +46,28 @@ step_env_build() {
   nox -f noxfile.py -s gpu-validate -- ${HOLD_BUILD_ARGS:---profile hd64128 --arch sm_90}
 }
 
+step_schedule() {  # the newest FA2 wheel's unit times against max(sum / cores, longest unit)
+  local m
+  m="$(ls -t wheels/flash_attn-2*.manifest.json 2>/dev/null | head -1)"
+  [ -n "$m" ] && python3 benchmarks/build_schedule.py --manifest "$m" --out benchmarks/results/build_schedule_h100.json
+}
+
+step_cross_torch() {
+  local profile="${HOLD_CROSS_PROFILE:-fwd128}" key m py rc
+  py="$(command -v python3)"
+  key="$(python3 scripts/gpu_hold_report.py key "$py" "$profile")" || return 5
+  mkdir -p ".attnforge-cache/cells/$key" || return 5
+  # a later call may bring the objects (cp .carry/objects-*.tar.gz "$WORK/.carry/"): wait up to 10 min
+  for _ in $(seq 60); do [ -f ".carry/objects-$profile-sm90.tar.gz" ] && break; sleep 10; done
+  tar -xzf ".carry/objects-$profile-sm90.tar.gz" -C ".attnforge-cache/cells/$key" || return 5
+  attnforge build --python "$py" --arch sm_90 --profile "$profile" --quiet --force || return $?
+  m="$(ls -t wheels/flash_attn-2*."$profile"-*.manifest.json | head -1)"
+  attnforge parity run --wheel "${m%.manifest.json}" --suites flash --out reports/gpu/cross-torch
+  rc=$?
+  python3 scripts/gpu_hold_report.py cross-torch "$m" ".attnforge-cache/cells/$key/objects/manifest.json" "$rc"
+  return "$rc"
+}
+
 step_custom() {  # HOLD_CUSTOM_<N>: any command line, run in $WORK (steps named custom1, custom2, ...)
   local var="HOLD_CUSTOM_${1#custom}"
   bash -c "${!var}"
@@ -53,7 +80,8 @@ run_steps() {
     date -u +%FT%TZ > "$STATE/$name.start"
     echo "$name" > "$STATE/current"
     case "$name" in
-      env-build) step_env_build ;;
+      env-build) step_env_build && step_schedule ;;
+      cross-torch) step_cross_torch ;;
       custom*) step_custom "$name" ;;
       *) echo "gpu-hold: unknown step $name" >&2; false ;;
     esac > "$WORK/logs/$name.log" 2>&1
@@ -68,7 +96,7 @@ case "${1:-}" in
     [ "$#" -gt 0 ] || { echo "gpu-hold: name the steps to run" >&2; exit 2; }
     setup || { echo "gpu-hold: setup failed (see $WORK/logs/pip.log)" >&2; exit 5; }
     env | grep -E '^HOLD_' > "$STATE/env" || true
-    setsid bash -c "$(declare -f environment step_env_build step_custom run_steps); WORK='$WORK' STATE='$STATE' \
+    setsid bash -c "$(declare -f environment step_env_build step_schedule step_cross_torch step_custom run_steps); WORK='$WORK' STATE='$STATE' \
       run_steps $*" > "$WORK/logs/hold.log" 2>&1 < /dev/null &
     echo "gpu-hold: started $* in $WORK (pid $!)"
     ;;
@@ -89,5 +117,5 @@ case "${1:-}" in
       2>/dev/null
     ls -la "$OUT"
     ;;
-  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -21,6 +21,7 @@ from ..engine.resources import GIB, detect_machine
 from ..errors import BuildError, EnvironmentProblem
 from ..images.bootstrap import BaseImageError, bootstrap_debian_base, image_id
 from ..matrix.cell import Cell, Toolkit
+from ..pins import local_base
 from ..project import Project
 from .pip_config import PipOptions, pip_options
 
@@ -28,7 +29,7 @@ DOCKER = "/usr/bin/docker"
 BUILDER_DIR = Path(__file__).resolve().parents[1] / "builder"
 BUILDER_MOUNT = "/opt/attnforge"  # the builder package is mounted at /opt/attnforge/builder
 DOCKER_DIR = Path(__file__).resolve().parents[3] / "docker"
-LOCAL_BASE = "local/debian:bookworm"
+LOCAL_BASE = local_base()
 DEFAULT_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from ..errors import ConfigurationError, NothingToDoError
+from ..pins import cpu_torch, local_base
 
 DEFAULT_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
@@ -55,7 +56,7 @@ def _pip_options(project: Any, host_pip: bool) -> Any:
     return pip_options(spec)
 
 
-LOCAL_RUNTIME_BASE = "local/debian:bookworm"
+LOCAL_RUNTIME_BASE = local_base()
 
 
 def runtime_base_for(project: Any, explicit: str | None, toolkit: str) -> str:
@@ -244,7 +245,7 @@ def command() -> None:
 @click.option("--ngc-standin", is_flag=True, help="Use (and make) attnforge's local stand-in NGC bases.")
 @click.option(
     "--standin-torch",
-    default="torch==2.13.0+cpu",
+    default=cpu_torch(),
     show_default=True,
     help="torch the stand-in base preinstalls (the small CPU wheel keeps images small).",
 )
@@ -497,9 +498,7 @@ def smoke_cmd(image: str, gpu: bool | None) -> None:
 
 @command.command("standin")
 @click.option("--release", required=True, help="The NGC release it stands in for, e.g. 25.06.")
-@click.option(
-    "--torch", "torch_req", default="torch==2.13.0+cpu", show_default=True, help="torch to preinstall."
-)
+@click.option("--torch", "torch_req", default=cpu_torch(), show_default=True, help="torch to preinstall.")
 @click.option(
     "--bundled", default="2.7.4+standin", show_default=True, help="Version of the fake bundled flash-attn."
 )

@@ -17,8 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..pins import local_base
+
 DOCKER = "/usr/bin/docker"
-DEFAULT_TAG = "local/debian:bookworm"
+DEFAULT_TAG = local_base()
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
 # Set in the imported image so that `docker run IMAGE cmd` behaves like an official base.

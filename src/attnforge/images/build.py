@@ -23,6 +23,7 @@ from typing import Any
 
 from ..backends.pip_config import PipOptions
 from ..errors import BuildError, ConfigurationError, EnvironmentProblem, TestFailure
+from ..pins import local_base
 from .bases import BaseCheck, check_base, load_bases
 from .docker import DOCKER, Docker
 from .naming import aliases, resolve_tags
@@ -36,7 +37,7 @@ Log = Callable[[str], None]
 HERE = Path(__file__).resolve().parent
 REPO_DOCKER_DIR = Path(__file__).resolve().parents[3] / "docker"
 DEFAULT_REPOSITORY = "attnforge/flash-attn"
-DEFAULT_RUNTIME_BASE = "local/debian:bookworm"
+DEFAULT_RUNTIME_BASE = local_base()
 NGC_WHEELS = "ngc"  # <out_dir>/ngc/: the finalized wheels compiled on NGC bases (only for their images)
 
 

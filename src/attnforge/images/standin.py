@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BuildError, EnvironmentProblem
+from ..pins import cpu_torch
 from .bootstrap import BaseImageError, bootstrap_debian_base
 from .build import DEFAULT_RUNTIME_BASE, docker_dir
 from .docker import Docker
@@ -20,7 +21,7 @@ from .ngc import STANDIN_TEMPLATE
 from .pipplan import PipPlan, pip_secrets
 
 # The small CPU torch wheel keeps stand-in images (and tests) small; torch==2.14.1 (CUDA 13, 5 GB) also works.
-DEFAULT_TORCH = "torch==2.13.0+cpu"
+DEFAULT_TORCH = cpu_torch()
 DEFAULT_BUNDLED = "2.7.4+standin"
 LAYOUT = "2"  # io.attnforge.standin.layout: a stand-in made by an older Dockerfile is rebuilt
 
