@@ -54,7 +54,7 @@ def test_default_wheel_and_manifest(built: tuple[Path, Path, str]) -> None:
     assert "cu130torch2.14cxx11abi" in wheel.name.lower() and ".fwd128-cp311-cp311-" in wheel.name
     manifest = json.loads(wheel.with_name(wheel.name + ".manifest.json").read_text())
     assert manifest["cell_id"] == "flash-attn-2.8.3-cu130-torch2.14.1-cp311-abi1-sm90-fwd128-x86_64"
-    assert manifest["inputs"]["patches"] == ["cxx20"]
+    assert manifest["inputs"]["patches"] == ["cxx20-binding", "torch-free-kernels"]
     assert manifest["inputs"]["head_dims"] == [128]
     assert manifest["build"]["backend"] == "docker"
     assert manifest["build"]["max_jobs"] >= 1 and manifest["build"]["units_total"] == 5

@@ -29,6 +29,7 @@ import pytest
 from attnforge.builder.exits import EVENT_PREFIX, EXIT_BUILD, EXIT_CONFIG, EXIT_OOM, BuildFailure
 from attnforge.builder.knobs import arch_numbers, torch_arch_list
 from attnforge.builder.ninja import NinjaParser
+from attnforge.builder.objects import identity
 from attnforge.builder.patches import PATCHES_DIR, apply_patch, resolve_patches
 from attnforge.builder.report import Reporter
 from attnforge.builder.source import prepare_tree
@@ -346,6 +347,17 @@ def test_torch_variant_is_checked() -> None:
     assert "cu128" in (variant_mismatch("cu128", gpu) or "")
     assert variant_mismatch("cpu", gpu) is not None
     assert variant_mismatch("cpu", {"torch": "2.13.0+cpu", "cuda": None, "hip": None}) is None
+
+
+def test_kernel_object_identity_leaves_out_torch_only_for_torch_free_kernels() -> None:
+    base = BuildSpec(cell_id="c", kernel="flash-attn", kernel_version="2.8.3", source=Source("/s", FA_SHA256),
+                     python="3.11", torch="2.14.1", build_dir="/b", venv_dir="/v", output_dir="/o")  # fmt: skip
+    here = {"nvcc": "13.0.88", "torch": "2.14.1+cu130"}
+    there = {"nvcc": "13.0.48", "torch": "2.11.0+cu130"}  # another torch and nvcc 13.0 release
+    free = base.replace(patches=["torch-free-kernels"])
+    assert identity(free, here) == identity(free, there) and identity(free, here)["nvcc"] == "13.0"
+    assert identity(base, here) != identity(base, there)
+    assert identity(free, here) != identity(free, {**here, "nvcc": "13.1.0"})
 
 
 def test_arch_names() -> None:

@@ -1,4 +1,4 @@
-"""The builder's host-compiler check (incontainer.choose_host_compiler), with real g++ compiles through torch.
+"""The builder's host-compiler check (builder/compiler.py), with real g++ compiles through torch.
 
 On the H100 machine, CC/CXX named a gcc wrapper whose objects turned every C++ exception thrown through torch
 into a SIGSEGV (reports/gpu/toolchain_probe.json). That wrapper can't exist here; the stand-in for a bad

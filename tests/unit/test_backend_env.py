@@ -74,7 +74,7 @@ def test_the_env_spec_builds_with_the_interpreter_in_its_own_tree(project: Proje
     engine = Engine(project, EnvBackend("/opt/torch/bin/python3", H100), ProgressView(quiet=True))
     job = engine.job_for(cell, Source("/s/fa.tar.gz", "0" * 64), 1, "h")
     assert job.spec.use_interpreter and job.spec.python == "/opt/torch/bin/python3"
-    assert job.spec.torch == "2.11.0+cu130" and job.workdir.name == "cp312-env"
+    assert job.spec.torch == "2.11.0+cu130" and job.workdir.name == "cp312-torch2.11.0-env"
     assert job.spec.kernel_objects_dir == str(job.workdir.parent / "objects")  # shared with other backends
 
 

@@ -27,7 +27,9 @@ def imports_outside_stdlib(path: Path) -> list[str]:
 def test_every_builder_module_imports_only_the_standard_library() -> None:
     files = sorted(BUILDER.rglob("*.py"))
     assert len(files) > 10 and (BUILDER / "patches" / "setup_hook.py") in files
-    assert [bad for f in files for bad in imports_outside_stdlib(f)] == []
+    bad = [b for f in files for b in imports_outside_stdlib(f)]
+    # the setup hook is copied into flash-attn's tree and runs inside its setup.py, where torch is importable
+    assert [b for b in bad if not (b.startswith("setup_hook.py:") and b.endswith(" torch.utils"))] == []
 
 
 def test_the_rule_sees_a_third_party_import(tmp_path: Path) -> None:

@@ -155,7 +155,7 @@ def test_cell_and_spec_for_a_real_ngc_torch(project: Project) -> None:
     assert spec.output_dir == ngc_image.OUT
     assert all(p.startswith(ngc_image.WORK) for p in (spec.build_dir, spec.venv_dir))
     assert BuildSpec.from_json(json.loads(spec.dumps())) == spec
-    assert resolve_patches(spec) == ["setup-hooks", "dispatch-subset"]
+    assert resolve_patches(spec) == ["torch-free-kernels", "setup-hooks", "dispatch-subset"]
 
     manifest = {"kernel": "flash-attn", "kernel_version": "2.8.3", "local_version": cell.local_version,
                 "variant": cell.variant, "inputs": manifest_inputs(cell)}  # fmt: skip
@@ -175,7 +175,9 @@ def test_cell_and_spec_for_a_real_ngc_torch(project: Project) -> None:
     assert parts.variant == cell.variant
 
 
-def test_full_profile_spec_applies_no_patch(project: Project) -> None:
+def test_full_profile_spec_applies_only_the_torch_free_kernels_patch(project: Project) -> None:
+    """No profile patch; the kernel units still go torch-free like every flash-attn 2.8.3 CUDA cell
+    (rule `shared-kernels`), so an NGC wheel compiles the same kernel code as the matrix's wheels."""
     req = ngc_request(
         template(project), NGC_ROWS, image_template="{release}", policy="replace", release="25.06"
     )
@@ -183,7 +185,7 @@ def test_full_profile_spec_applies_no_patch(project: Project) -> None:
     req = apply_ngc_facts(req, facts(), project, quiet)
     assert req.cell is not None
     spec = ngc_spec(req.cell, facts(), Source(path="/x.tar.gz", sha256="0" * 64), max_jobs=2)
-    assert resolve_patches(spec) == [] and spec.disable == [] and spec.head_dims is None
+    assert resolve_patches(spec) == ["torch-free-kernels"] and spec.disable == [] and spec.head_dims is None
 
 
 def test_standin_cell_takes_its_rows_cuda_and_expects_a_cpu_torch(project: Project) -> None:

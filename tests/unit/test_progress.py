@@ -79,3 +79,15 @@ def test_live_view_prints_nothing_and_tracks_the_stage(with_status: bool) -> Non
     _engine_calls(view, with_status)
     assert buf.getvalue() == ""  # not entered: the live table only renders inside `with view:`
     assert view.cells[CELL].stage == "failed" and view.cells[CELL].finished is not None
+
+
+def test_eta_comes_from_the_unit_plan() -> None:
+    view, _ = _view()
+    view.plan_units(CELL, [("flash_fwd_split_hdim128_bf16_sm80", 400.0), ("flash_api", 100.0)], 2)
+    p = view.cells[CELL]
+    assert int(p.eta().rstrip("s")) in (399, 400)  # the plan: 400 s, nothing finished yet
+    p.compile_started = (p.compile_started or 0.0) - 200.0  # 200 s in: flash_api was planned to end at 100 s
+    view.units(CELL, 1, 2, "flash_api.cpp")
+    assert 595 <= int(p.eta().rstrip("s")) <= 600  # it ran 2x the plan: 800 s in all, 600 s left
+    view.units(CELL, 2, 2, "flash_fwd_split_hdim128_bf16_sm80.cu")
+    assert p.eta() == "-"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from attnforge.matrix.cell import Cell, Toolkit
-from attnforge.matrix.compat import CompatData
+from attnforge.matrix.compat import CompatData, load_compat
 from attnforge.matrix.rules import check
 from attnforge.matrix.schema import ProfileSpec
 
@@ -124,3 +124,31 @@ def test_unknown_inputs_name_their_rule(mini_compat: CompatData, kw: dict[str, o
 def test_profile_head_dims_and_macros_checked(mini_compat: CompatData) -> None:
     spec = ProfileSpec(head_dims=[128], disable=["backward"])
     assert check(cell(profile="p", profile_spec=spec), mini_compat).valid
+
+
+def test_torch_free_kernels_share_one_key_across_a_cuda_lane() -> None:
+    data = load_compat(None)  # the real table: flash-attn 2.8.3 names its torch-free patch
+    lane = [check(cell(torch=t, python=p, toolkit=Toolkit.parse("cuda13.0")), data)
+            for t in ("2.12.1", "2.13.0", "2.14.1") for p in ("3.11", "3.12")]  # fmt: skip
+    assert all(v.valid for v in lane), [v.reasons() for v in lane]
+    cells = [v.cell for v in lane]
+    assert all("torch-free-kernels" in c.patches for c in cells)
+    # torch 2.14 needs C++20 only for the binding: the kernel units' flags stay those of the other releases
+    assert {c.patches for c in cells if c.torch == "2.14.1"} == {("cxx20-binding", "torch-free-kernels")}
+    assert len({c.kernel_set_key for c in cells}) == 1
+    assert len({c.torch_kernel_set_key for c in cells}) == 3  # before sharing: one set per torch release
+    # other arches, ABI or profile are other kernel sets
+    other = check(
+        cell(torch="2.13.0", toolkit=Toolkit.parse("cuda13.0"), arches=("sm_80", "sm_90")), data
+    ).cell
+    assert other.kernel_set_key != cells[0].kernel_set_key
+
+
+def test_kernels_that_include_torch_keep_it_in_the_key() -> None:
+    data = load_compat(None)
+    old = [check(cell(kernel_version="2.7.4.post1", torch=t, toolkit=Toolkit.parse("cuda12.6")), data).cell
+           for t in ("2.6.0", "2.7.1")]  # fmt: skip
+    assert not any(c.torch_free_kernels for c in old)
+    assert old[0].kernel_set_key != old[1].kernel_set_key
+    rocm = check(cell(toolkit=Toolkit.parse("rocm6.4"), arches=("gfx942",), torch="2.8.0"), data).cell
+    assert "torch-free-kernels" not in rocm.patches

@@ -168,6 +168,7 @@ def build(spec: BuildSpec, rep: Reporter, result: dict[str, Any]) -> None:
     }
     max_jobs = 1 if spec.pure_python else auto_max_jobs(spec.max_jobs, spec.job_mem_gb)
     result["max_jobs"] = max_jobs
+    result["cores"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     result["nvcc_threads"] = spec.nvcc_threads
     epoch = spec.source_date_epoch or archive_epoch(archive)
     env = build_env(spec, vpy, tree, epoch, max_jobs, prebuilt, auto_wrap=bool(venv.get("auto_wrap")))
@@ -180,7 +181,10 @@ def build(spec: BuildSpec, rep: Reporter, result: dict[str, Any]) -> None:
     built, parser = compile_wheel(spec, rep, result, vpy, tree, env, py_tag, max_jobs)
     if prebuilt is None:
         compiled = list((parser.sources_event or {}).get("compile", []))
-        result["kernel_objects"]["saved"] = save_kernel_objects(spec, tree, compiled, ident, py_tag, rep)
+        built_with = {**tool, "host_compiler": host_cxx.get("cxx")}
+        result["kernel_objects"]["saved"] = save_kernel_objects(
+            spec, tree, compiled, ident, py_tag, rep, built_with
+        )
     final = out_dir / built.name
     shutil.copyfile(built, final)
     result.update(

@@ -3,7 +3,7 @@
 The first cell to compile a kernel set copies its kernel (``.cu``) objects there with a manifest of what
 they were built from; later cells whose identity matches link those objects instead of compiling (the
 setup hook's ``ATTNFORGE_PREBUILT_OBJECTS``). Python is deliberately not part of the identity: kernel
-units do not include Python headers.
+units do not include Python headers; nor is torch once the ``torch-free-kernels`` patch applies.
 """
 
 from __future__ import annotations
@@ -16,12 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from .ninja import build_temp
+from .patches import torch_free
 from .report import Reporter
 from .spec import BuildSpec
 
 
 def identity(spec: BuildSpec, tool: dict[str, str | None]) -> dict[str, Any]:
-    """What must match for prebuilt kernel objects to be reused."""
+    """What must match for prebuilt kernel objects to be reused.
+
+    torch is left out when a ``torch_free`` patch took it out of the kernel units (the kernel-set key then
+    leaves it out too); nvcc counts by major.minor (the toolkit of the key: objects of one CUDA minor link
+    and load alike, the exact release and the host compiler are recorded in the manifest's ``built_with``).
+    """
+    nvcc = tool.get("nvcc")
     return {
         "kernel": spec.kernel,
         "kernel_version": spec.kernel_version,
@@ -31,8 +38,8 @@ def identity(spec: BuildSpec, tool: dict[str, str | None]) -> dict[str, Any]:
         "disable": list(spec.disable),
         "head_dims": spec.head_dims,
         "dtypes": spec.dtypes,
-        "torch": tool.get("torch"),
-        "nvcc": tool.get("nvcc"),
+        "torch": None if torch_free(spec.patches) else tool.get("torch"),
+        "nvcc": ".".join(nvcc.split(".")[:2]) if nvcc else None,
         "cxx11_abi": spec.cxx11_abi,
         "nvcc_append_flags": spec.nvcc_append_flags,
     }
@@ -57,7 +64,7 @@ def usable_prebuilt(spec: BuildSpec, ident: dict[str, Any], rep: Reporter) -> Pa
 
 
 def save_kernel_objects(spec: BuildSpec, tree: Path, compiled: list[str], ident: dict[str, Any],
-                        py_tag: str, rep: Reporter) -> bool:  # fmt: skip
+                        py_tag: str, rep: Reporter, built_with: dict[str, Any] | None = None) -> bool:  # fmt: skip
     """Copy the compiled kernel (.cu) objects to kernel_objects_dir, atomically; True when saved. Objects
     already there for the same identity stay; objects built for something else (an older toolchain or
     builder) are replaced, or no later cell could ever reuse this kernel set's objects."""
@@ -97,7 +104,8 @@ def save_kernel_objects(spec: BuildSpec, tree: Path, compiled: list[str], ident:
                 return False
             shutil.copyfile(obj, tmp / obj.name)
             objects[src] = obj.name
-        manifest = {"schema": 1, "identity": ident, "objects": objects, "created_by": spec.cell_id}
+        manifest = {"schema": 1, "identity": ident, "objects": objects, "created_by": spec.cell_id,
+                    "built_with": built_with or {}}  # fmt: skip
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
         try:
             os.rename(tmp, dest)

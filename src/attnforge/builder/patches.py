@@ -1,6 +1,9 @@
 """The patch engine: named JSON patches (``patches/<name>.json``) applied to an unpacked source tree.
 
-A patch names its kernel and the versions it supports; each edit (``replace``, ``insert_before``,
+A patch names its kernel, the versions it supports and its ``scope``: ``kernels`` (default: it may change
+the compiled kernel units, so it is part of the kernel-set key) or ``binding`` (only the per-torch binding
+``flash_api.cpp`` and its flags: left out of the key). ``torch_free: true`` marks a patch after which the
+kernel units include no torch header (their objects serve every torch release of a CUDA lane). Each edit (``replace``, ``insert_before``,
 ``insert_after``, ``copy``) must match exactly ``count`` times (default 1), so a patch that no longer fits
 its source fails loudly instead of half-applying. Paths in a patch are relative to the archive's top folder.
 """
@@ -8,6 +11,7 @@ its source fails loudly instead of half-applying. Paths in a patch are relative 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import json
 import shutil
@@ -54,6 +58,29 @@ def load_patch(pdir: Path, name: str) -> dict[str, Any]:
         raise BuildFailure(EXIT_CONFIG, f"unknown patch {name!r} (no {path})")
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return data
+
+
+def patch_exists(name: str, pdir: Path = PATCHES_DIR) -> bool:
+    return (pdir / f"{name}.json").is_file()
+
+
+@functools.lru_cache(maxsize=64)
+def _meta(pdir: Path, name: str) -> tuple[str, bool]:
+    """(scope, torch_free) of a patch file; an unknown patch counts as ("kernels", False)."""
+    if not patch_exists(name, pdir):
+        return "kernels", False
+    data = load_patch(pdir, name)
+    return str(data.get("scope", "kernels")), bool(data.get("torch_free"))
+
+
+def patch_scope(name: str, pdir: Path = PATCHES_DIR) -> str:
+    """``kernels`` or ``binding`` (see the module docstring)."""
+    return _meta(pdir, name)[0]
+
+
+def torch_free(names: list[str] | tuple[str, ...], pdir: Path = PATCHES_DIR) -> bool:
+    """Whether one of the patches makes the kernel units independent of torch (``torch_free: true``)."""
+    return any(_meta(pdir, n)[1] for n in names)
 
 
 def patch_digest(pdir: Path, names: list[str]) -> str:

@@ -1,15 +1,16 @@
 """What the cache holds: one entry per removable unit, with its size, last use and owners.
 
-Layout (written by build/engine.py, sources.py and incontainer.py):
+Layout (written by engine/run.py, engine/sources.py and the builder):
 
     <cache>/sources/<sdist>                      downloaded kernel sdists
     <cache>/venvs/<cpXY>-torch<T>-<variant>[.lock] torch venvs per (Python, torch)
-    <cache>/cells/<kernel-set key>/<cpXY>/       a cell's build tree (tree/, out/, spec.json)
+    <cache>/cells/<kernel-set key>/<cpXY>-torch<T>/  a cell's build tree (tree/, out/, spec.json)
     <cache>/cells/<kernel-set key>/objects/      compiled kernel objects shared by a kernel-set
     <cache>/ccache/                              ccache (when a build turns it on)
     <cache>/tests/<item>                         the test suite's kept venvs, sdists and wheels
                                                  ($ATTNFORGE_TEST_CACHE's default)
-    <cache>/job_memory.json, .build.lock         measured job memory, the build lock (kept)
+    <cache>/job_memory.json, unit_times.json     measured job memory and unit compile times (kept)
+    <cache>/.build.lock                          the build lock (kept)
     <output>/logs/*.log                          build logs
     <output>/.staging-*, .finalized-*            leftovers of an interrupted finalize
 
@@ -34,7 +35,7 @@ from .lock import LOCK_NAME
 
 TRASH_SUFFIX = ".attnforge-trash"  # an entry being removed (renamed first, then deleted)
 KEPT_KINDS = frozenset({"state", "other"})
-STATE_FILES = frozenset({"job_memory.json", LOCK_NAME})
+STATE_FILES = frozenset({"job_memory.json", "unit_times.json", LOCK_NAME})
 
 
 @dataclass

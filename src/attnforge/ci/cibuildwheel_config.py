@@ -55,7 +55,7 @@ CUDA_PIP_PACKAGES = [
     "nvidia-cuda-crt",
     "nvidia-nvvm",
 ]
-# What attnforge's builder installs beside torch (incontainer.DEFAULT_REQUIREMENTS): setup.py imports
+# What attnforge's builder installs beside torch (builder.torchenv): setup.py imports
 # packaging and wheel; psutil is only needed when MAX_JOBS is unset, and MAX_JOBS is always set here.
 BUILD_REQUIREMENTS = ("setuptools>=77", "wheel", "packaging", "ninja")
 FRONTEND = "pip; args: --no-build-isolation --use-pep517"

@@ -80,8 +80,11 @@ class KernelSetJob:
     @property
     def title(self) -> str:
         c = self.first
-        pythons = ", ".join(x.cp for x in self.cells)
-        return f"build {c.variant} {c.arch_slug} {c.profile} [{pythons}]"
+        if len({x.torch for x in self.cells}) == 1:
+            return f"build {c.variant} {c.arch_slug} {c.profile} [{', '.join(x.cp for x in self.cells)}]"
+        # kernels shared across torch releases (torch-free kernel units): one job binds each (torch, Python)
+        bindings = ", ".join(f"{x.torch_family}/{x.cp}" for x in self.cells)
+        return f"build {c.toolkit.short} {c.arch_slug} {c.profile} [{bindings}]"
 
     def sort_key(self) -> tuple[str, str, str, str]:
         c = self.first

@@ -138,7 +138,8 @@ def summary_table(results: list[CellResult]) -> Table:
 @click.option(
     "--memory-limit", type=click.FloatRange(0.5), metavar="GB", help="Cap the build's memory (GiB)."
 )
-@click.option("--parallel-cells", type=click.IntRange(1), default=None, help="Kernel-sets built at once.")
+@click.option("--parallel-cells", type=click.IntRange(1), default=None,
+              help="Kernel sets compiled at once [default: build.resources.parallel_cells; auto: from unit estimates].")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Show what would be built and with how many jobs, then stop.")
 @click.option(
     "--quiet", is_flag=True, help="Plain progress lines instead of the live view (automatic in CI)."
@@ -203,10 +204,14 @@ def command(
         if dry_run:
             for cell in chosen:
                 via = engine.backend_for(cell).name
-                view.log(f"{cell.id} -> {cell.wheel_name} ({via}): {engine.parallelism(cell, 1).reason}")
+                view.log(
+                    f"{cell.id} -> {cell.wheel_name} ({via}): {escape(engine.parallelism(cell, 1).reason)}"
+                )
             return
         res = project.matrix.build.resources
-        par = parallel_cells or (1 if res.parallel_cells == "auto" else res.parallel_cells)
+        par = parallel_cells or (
+            None if res.parallel_cells == "auto" else res.parallel_cells
+        )  # None: from estimates
         with build_lock(engine.cache, on_wait=view.log):  # shared: `cache prune` refuses meanwhile
             results = engine.build(chosen, parallel_cells=par)
     console.print(summary_table(results))

@@ -9,6 +9,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..engine.cost import PlanCost, plan_cost
+from ..engine.resources import detect_machine
+from ..engine.unittimes import UnitTimeTable
 from ..matrix.plan import Plan
 from ..project import Project
 
@@ -46,17 +49,79 @@ def render_table(plan: Plan, console: Console, show_invalid: bool = True) -> Non
             console.print(f"[red]invalid[/] {v.cell.id}: {escape('; '.join(v.reasons()))}", highlight=False)
 
 
+def _span(versions: set[str]) -> str:
+    """{"2.6", "2.7", "2.14"} -> "2.6-2.14" (one version as it is)."""
+    ordered = sorted(versions, key=lambda v: tuple(int(x) for x in v.split(".")))
+    return ordered[0] if len(ordered) == 1 else f"{ordered[0]}-{ordered[-1]}"
+
+
+def render_cost(cost: PlanCost, console: Console) -> None:
+    """Kernel sets with their units and hours, then what sharing kernels saves."""
+    table = Table(title=f"target '{cost.target}': compile cost (shared kernel objects)")
+    for col in (
+        "kernel-set",
+        "toolkit",
+        "arches",
+        "profile",
+        "abi",
+        "torch",
+        "python",
+        "cells",
+        "units",
+        "hours",
+    ):
+        table.add_column(col, overflow="fold")
+    for s in sorted(cost.shared.sets, key=lambda s: s.compile_s, reverse=True):
+        c = s.cells[0]
+        table.add_row(
+            s.key, str(c.toolkit), ",".join(a.replace("sm_", "") for a in c.arches), c.profile,
+            "1" if c.cxx11_abi else "0", _span({x.torch_family for x in s.cells}), _span({x.python for x in s.cells}),
+            str(len(s.cells)), f"{s.kernel_units}+{len(s.cells)}", f"{s.compile_s / 3600:.1f}",
+        )  # fmt: skip
+    console.print(table)
+    rows = (("shared across torch and Python", cost.shared), ("shared across Python only", cost.per_torch),
+            ("not shared", cost.none))  # fmt: skip
+    for label, sc in rows:
+        console.print(
+            f"{label}: {len(sc.sets)} kernel sets, {sc.units} units to compile, "
+            f"{sc.compile_s / 3600:.1f} compile hours (about {sc.wall_s(cost.cores) / 3600:.1f} h on {cost.cores} cores)"
+        )
+    saved = cost.per_torch.compile_s - cost.shared.compile_s
+    console.print(f"sharing kernels across torch releases saves {saved / 3600:.1f} compile hours "
+                  f"({100 * saved / max(cost.per_torch.compile_s, 1):.0f}%)")  # fmt: skip
+    if cost.not_estimated:
+        console.print(
+            f"not estimated (no unit model): {len(cost.not_estimated)} cell(s), e.g. {cost.not_estimated[0].id}"
+        )
+    console.print(
+        f"times: seconds of one compile job from the unit-time table, x{cost.factor:.2f} for this machine"
+    )
+
+
 @click.command("plan")
 @click.option("--target", "-t", default="default", show_default=True, help="Target (slice) of the matrix.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--valid-only", is_flag=True, help="Leave invalid cells out of the table.")
+@click.option("--cost", is_flag=True, help="Kernel sets, units to compile and estimated compile hours.")
+@click.option(
+    "--cores", type=click.IntRange(1), default=None, help="With --cost: cores to plan for [this machine's]."
+)
 @click.pass_obj
-def command(project: Project, target: str, fmt: str, valid_only: bool) -> None:
+def command(project: Project, target: str, fmt: str, valid_only: bool, cost: bool, cores: int | None) -> None:
     """Show the cells a target expands to, each valid or invalid with the rule that rejects it.
 
-    Cells that share a kernel-set key differ only in Python: their GPU code is compiled once.
+    Cells that share a kernel-set key link the same compiled kernel objects: the kernels compile once, each
+    (torch, Python) compiles only its binding. --cost estimates what compiling the target takes.
     """
     plan = project.plan(target)
+    if cost:
+        table = UnitTimeTable(project.path(project.matrix.build.cache_dir) / "unit_times.json")
+        result = plan_cost(plan, table, cores or detect_machine().cores)
+        if fmt == "json":
+            click.echo(json.dumps(result.to_json(), indent=2))
+        else:
+            render_cost(result, Console())
+        return
     if fmt == "json":
         click.echo(json.dumps(plan.to_json(), indent=2))
     else:

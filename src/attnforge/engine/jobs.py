@@ -31,7 +31,7 @@ class CellJob:
 
     cell: Cell
     spec: BuildSpec
-    workdir: Path  # cache/cells/<key>/<python>: build tree (kept for resume), out/, spec.json
+    workdir: Path  # cache/cells/<key>/<cpXY-torchT>: build tree (kept for resume), out/, spec.json
     log_path: Path
     parallelism: Parallelism
     input_hash: str
@@ -144,6 +144,8 @@ def input_hash(cell: Cell, backend_identity: str) -> str:
         {
             "kernel_set_key": cell.kernel_set_key,
             "python": cell.python,
+            "torch": [cell.torch, cell.torch_variant, cell.torch_build],  # the key may leave torch out
+            "patches": list(cell.patches),
             "backend": backend_identity,
             "builder": file_digest(BUILDER_DIR),
             "attnforge": __version__,

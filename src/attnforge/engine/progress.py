@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from .schedule import plan_eta
+
 
 @dataclass
 class CellProgress:
@@ -27,19 +29,31 @@ class CellProgress:
     last_printed_pct: int = -1
     open_stage: str | None = None  # a builder stage that started and has not ended yet
     open_since: float = 0.0
+    plan: list[tuple[str, float]] = field(default_factory=list)  # units in start order, estimated seconds
+    plan_jobs: int = 1
+    compile_started: float | None = None
+    unit_ends: dict[str, float] = field(default_factory=dict)  # unit stem -> seconds after compile start
 
     @property
     def elapsed(self) -> float:
         return (self.finished or time.monotonic()) - self.started
 
     def eta(self) -> str:
-        if self.total <= 0 or self.done <= 0 or self.done >= self.total:
+        """Time left: the unit-time table's plan for this compile (`schedule.plan_eta`), else by rate."""
+        if self.finished is not None or (self.total > 0 and self.done >= self.total):
+            return "-"
+        if self.plan and self.compile_started is not None:
+            left = plan_eta(
+                self.plan, self.plan_jobs, self.unit_ends, time.monotonic() - self.compile_started
+            )
+            return f"{left:.0f}s"
+        if self.total <= 0 or self.done <= 0:
             return "-"
         rate = self.elapsed / self.done
         return f"{rate * (self.total - self.done):.0f}s"
 
 
-# The builder's stages (incontainer.py's Stage): each sends a start event and then a done or failed event.
+# The builder's stages (builder/report.py): each sends a start event and then a done or failed event.
 BUILDER_STAGES = frozenset({"source", "unpack", "venv", "compiler", "compile", "import_check"})
 END_STATES = frozenset({"done", "failed", "skipped", "cancelled"})
 
@@ -122,10 +136,19 @@ class ProgressView:
                 self.console.print(f"[{p.elapsed:6.0f}s] {cell_id}: {line}")
             self._refresh()
 
-    def units(self, cell_id: str, done: int, total: int) -> None:
+    def plan_units(self, cell_id: str, order: list[tuple[str, float]], jobs: int) -> None:
+        """The units a compile starts, in order, with estimated seconds (from the unit-time table)."""
+        with self._lock:
+            p = self.cells.setdefault(cell_id, CellProgress(cell_id))
+            p.plan, p.plan_jobs = list(order), max(1, jobs)
+            p.compile_started, p.unit_ends = time.monotonic(), {}
+
+    def units(self, cell_id: str, done: int, total: int, name: str | None = None) -> None:
         with self._lock:
             p = self.cells.setdefault(cell_id, CellProgress(cell_id))
             p.done, p.total = done, total
+            if name and p.compile_started is not None:
+                p.unit_ends[os.path.splitext(name)[0]] = time.monotonic() - p.compile_started
             if self.quiet and total:
                 pct = 100 * done // total
                 if pct // 10 != p.last_printed_pct // 10 or done == total:

@@ -150,23 +150,33 @@ def choose_parallelism(
     max_jobs: int | None = None,
     nvcc_threads: int | None = None,
     share: int = 1,
+    durations: list[float] | None = None,
 ) -> Parallelism:
     """Pick MAX_JOBS/NVCC_THREADS so that jobs x threads x per-arch memory fits, never oversubscribing cores.
 
     nvcc's --threads compiles the arches of one unit in parallel, so a job's memory grows with it.
-    Explicit values (matrix or environment) win; `share` splits the machine between parallel cells.
+    Explicit values (matrix or environment) win; `share` splits the machine between parallel cells. With
+    `durations` (estimated seconds of the units to compile) the split between jobs and threads is the one
+    whose longest-first plan ends first (`schedule.choose_threads`).
     """
     cores = max(1, machine.cores // share)
     mem = max(0.0, (machine.memory_available_gb - reserve_gb) / share)
     threads = nvcc_threads or max(1, min(arches, 4, cores))
-    job_gb = per_arch_gb * min(threads, arches)
-    if max_jobs is not None:
+    if durations and max_jobs is None and nvcc_threads is None:
+        from .schedule import choose_threads
+
+        choice = choose_threads(durations, arches, cores, gb_per_thread=per_arch_gb, memory_gb=mem)
+        jobs, threads = choice.jobs, choice.threads
+        why = f"longest-first plan of {len(durations)} unit estimates: {choice.makespan_s:.0f} s"
+    elif max_jobs is not None:
         jobs = max_jobs
         why = "MAX_JOBS given explicitly"
     else:
+        job_gb = per_arch_gb * min(threads, arches)
         by_mem = math.floor(mem / job_gb) if job_gb > 0 else cores
         jobs = max(1, min(max(1, cores // threads), by_mem))
         why = f"min(cores/threads={max(1, cores // threads)}, memory/job={by_mem})"
+    job_gb = per_arch_gb * min(threads, arches)
     fits = jobs * job_gb <= mem + 1e-9
     if not fits and nvcc_threads is None and threads > 1:
         threads, job_gb = 1, per_arch_gb

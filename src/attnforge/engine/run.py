@@ -14,10 +14,12 @@ import json
 import shutil
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rich.markup import escape
 
 from ..backends.routing import Route, make_route_backend, route_of
 from ..builder.exits import EVENT_PREFIX, EXIT_CONTAINER_KILLED, EXIT_ENV, EXIT_OOM
@@ -30,8 +32,10 @@ from ..rocm.backends import rocm_parallelism
 from ..wheels.manifest import manifest_path_for
 from .jobs import Backend, CellJob, input_hash, make_spec
 from .progress import ProgressView
-from .resources import JobMemoryTable, Parallelism, choose_parallelism, detect_machine
+from .resources import JobMemoryTable, Machine, Parallelism, choose_parallelism, detect_machine
+from .schedule import CellEstimate, cell_estimates, choose_parallel_cells
 from .sources import fetch_source
+from .unittimes import BINDING_UNIT, UnitTimeTable, flags_of
 
 
 @dataclass
@@ -93,6 +97,7 @@ class Engine:
         self.output = project.path(build.output_dir)
         self.logs = self.output / "logs"
         self.memory_table = JobMemoryTable(self.cache / "job_memory.json")
+        self.unit_table = UnitTimeTable(self.cache / "unit_times.json")
         self._running: dict[str, CellJob] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -108,16 +113,21 @@ class Engine:
         return self._routes[route]
 
     # ---- planning one job ----
-    def parallelism(self, cell: Cell, share: int) -> Parallelism:
-        if route_of(cell) == "triton":
-            return rocm_parallelism(cell)
+    def machine(self) -> Machine:
         machine = detect_machine()
         if self.memory_limit_gb is not None:
-            from .resources import Machine
-
             machine = Machine(
                 machine.cores, min(machine.memory_available_gb, self.memory_limit_gb), "--memory-limit"
             )
+        return machine
+
+    def estimate(self, cell: Cell) -> CellEstimate:
+        """The cell's units with estimated compile seconds on this machine (`unittimes`)."""
+        return CellEstimate(cell_estimates(self.unit_table, cell))
+
+    def parallelism(self, cell: Cell, share: int, binding_only: bool = False) -> Parallelism:
+        if route_of(cell) == "triton":
+            return rocm_parallelism(cell)
         res = self.project.matrix.build.resources
         profile_class = (
             "fa3" if cell.kernel == "flash-attn-3" else "lean" if cell.profile_spec.disable else "full"
@@ -125,22 +135,30 @@ class Engine:
         per_arch, _src = self.memory_table.per_arch_gb(str(cell.toolkit), profile_class)
         if res.memory_per_job_gb != "auto":
             per_arch = float(res.memory_per_job_gb)
+        if binding_only:
+            return Parallelism(
+                1, 1, per_arch, "binding only (kernel objects of its kernel set reused): 1 job"
+            )
+        est = self.estimate(cell)
         return choose_parallelism(
-            machine,
+            self.machine(),
             len(cell.arches),
             per_arch,
             reserve_gb=res.reserve_memory_gb if self.memory_limit_gb is None else 0.0,
             max_jobs=self.max_jobs,
             nvcc_threads=self.nvcc_threads,
             share=share,
+            durations=est.durations() or None,
         )
 
-    def job_for(self, cell: Cell, source: Source, share: int, digest: str) -> CellJob:
+    def job_for(
+        self, cell: Cell, source: Source, share: int, digest: str, binding_only: bool = False
+    ) -> CellJob:
         group = self.cache / "cells" / cell.kernel_set_key
         backend = self.backend_for(cell)
         # an existing interpreter's build keeps its own tree: it must compile, not resume another backend's
-        workdir = group / (f"{cell.cp}-env" if backend.interpreter else cell.cp)
-        par = self.parallelism(cell, share)
+        workdir = group / (f"{cell.binding_slug}-env" if backend.interpreter else cell.binding_slug)
+        par = self.parallelism(cell, share, binding_only)
         spec = make_spec(
             cell,
             source=source,
@@ -152,6 +170,9 @@ class Engine:
             interpreter=backend.interpreter,
             max_gcc=self.max_gcc(cell),
         )
+        seconds = {u: round(e.s, 1) for u, e in self.estimate(cell).units.items()}
+        if seconds:
+            spec = spec.replace(unit_seconds=seconds)
         return CellJob(cell, spec, workdir, self.logs / f"{cell.id}.log", par, digest, self.memory_limit_gb)
 
     def max_gcc(self, cell: Cell) -> int | None:
@@ -161,8 +182,8 @@ class Engine:
         return row.max_gcc if row else None
 
     # ---- running ----
-    def build(self, cells: list[Cell], parallel_cells: int = 1) -> list[CellResult]:
-        """Build every cell; cells of one kernel-set run in order (the first compiles, the rest reuse)."""
+    def build(self, cells: list[Cell], parallel_cells: int | None = None) -> list[CellResult]:
+        """Build every cell: a kernel set's first cell compiles its kernels, the others then bind only."""
         self.logs.mkdir(parents=True, exist_ok=True)
         identities: dict[int, str] = {}
         todo: list[tuple[Cell, str]] = []
@@ -204,44 +225,96 @@ class Engine:
         groups: dict[str, list[tuple[Cell, str]]] = {}
         for cell, digest in [(c, d) for c, d in todo if c.id not in refused]:
             groups.setdefault(cell.kernel_set_key, []).append((cell, digest))
-        share = max(1, min(parallel_cells, len(groups)))
-
-        def run_group(members: list[tuple[Cell, str]]) -> list[CellResult]:
-            out = []
-            for cell, digest in members:
-                if self._stop.is_set():
-                    out.append(CellResult(cell, "cancelled"))
-                    continue
-                out.append(self.build_one(cell, digest, share))
-            return out
-
         try:
-            with ThreadPoolExecutor(max_workers=share) as pool:
-                futures = [pool.submit(run_group, g) for g in groups.values()]
-                while any(not f.done() for f in futures):
-                    time.sleep(0.2)
-                for f in futures:
-                    results.extend(f.result())
+            results += self._run_groups(list(groups.values()), parallel_cells)
         except KeyboardInterrupt:
             self._stop.set()
-            with self._lock:
-                running = list(self._running.values())
-            for job in running:
-                self.backend_for(job.cell).cancel(job)
+            self._cancel_running()
             raise InterruptedByUser(
                 "build interrupted: running containers stopped, no partial wheel written"
             ) from None
         return results
 
-    def build_one(self, cell: Cell, digest: str, share: int) -> CellResult:
+    def _cancel_running(self) -> None:
+        with self._lock:
+            running = list(self._running.values())
+        for job in running:
+            self.backend_for(job.cell).cancel(job)
+
+    def _run_groups(
+        self, groups: list[list[tuple[Cell, str]]], parallel_cells: int | None
+    ) -> list[CellResult]:
+        """Each kernel set's first cell compiles its kernels (longest sets first, `parallel_cells` sets at
+        once, each with its share of the cores; auto: `schedule.choose_parallel_cells`); once its objects
+        are saved, the set's other cells (other torch releases and Pythons) only compile their binding, one
+        job each, as many at once as there are free cores and memory for their compiler (the binding's
+        measured peak, else 2 GiB)."""
+        machine = self.machine()
+        cores = machine.cores
+        est = {id(g): self.estimate(g[0][0]) for g in groups}
+        binding_gb = max((e.units[BINDING_UNIT].peak_rss_gb or 2.0 for e in est.values() if BINDING_UNIT in e.units),
+                         default=2.0)  # fmt: skip
+        reserve = self.project.matrix.build.resources.reserve_memory_gb
+        binds_at_once = max(1, min(cores, int((machine.memory_available_gb - reserve) // binding_gb)))
+        bind_cores = max(1, -(-cores // binds_at_once))  # a binding's share of the cores, memory included
+        groups = sorted(groups, key=lambda g: est[id(g)].kernel_s, reverse=True)
+        share = parallel_cells or choose_parallel_cells([est[id(g)].durations() for g in groups], cores)
+        share = max(1, min(share, len(groups)))
+        if len(groups) > 1 or any(len(g) > 1 for g in groups):
+            self.view.log(f"{len(groups)} kernel set(s), {share} at once on {cores} cores; "
+                          f"{sum(len(g) - 1 for g in groups)} cell(s) only bind")  # fmt: skip
+        lead_cores = max(1, cores // share)
+        queue: list[tuple[Cell, str, bool]] = [(g[0][0], g[0][1], False) for g in groups]
+        followers = {g[0][0].id: [(c, d, True) for c, d in g[1:]] for g in groups}
+        results: list[CellResult] = []
+        running: dict[Future[CellResult], tuple[Cell, int]] = {}
+        free = cores
+        with ThreadPoolExecutor(max_workers=max(cores, share)) as pool:
+            try:
+                while queue or running:
+                    while item := self._next_fitting(queue, free, lead_cores, bind_cores, bool(running)):
+                        cell, digest, bind, need = item
+                        free -= need
+                        running[pool.submit(self._build_or_cancel, cell, digest, share, bind)] = (cell, need)
+                    done, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        cell, need = running.pop(fut)
+                        free += need
+                        results.append(fut.result())
+                        queue += followers.pop(cell.id, [])
+            except KeyboardInterrupt:
+                self._stop.set()
+                self._cancel_running()
+                raise
+        return results
+
+    def _next_fitting(self, queue: list[tuple[Cell, str, bool]], free: int, lead_cores: int, bind_cores: int,
+                      busy: bool) -> tuple[Cell, str, bool, int] | None:  # fmt: skip
+        """Take the first queued cell that fits in `free` cores (any one when nothing runs): a follower whose
+        kernel objects exist binds only (`bind_cores`), anything else compiles kernels (a lead's share)."""
+        for i, (cell, digest, follower) in enumerate(queue):
+            objects = self.cache / "cells" / cell.kernel_set_key / "objects" / "manifest.json"
+            bind = follower and objects.is_file()
+            need = bind_cores if bind else lead_cores
+            if need <= free or not busy:
+                del queue[i]
+                return cell, digest, bind, need
+        return None
+
+    def _build_or_cancel(self, cell: Cell, digest: str, share: int, binding_only: bool) -> CellResult:
+        if self._stop.is_set():
+            return CellResult(cell, "cancelled")
+        return self.build_one(cell, digest, share, binding_only)
+
+    def build_one(self, cell: Cell, digest: str, share: int, binding_only: bool = False) -> CellResult:
         start = time.monotonic()
         view = self.view
         try:
             view.stage(cell.id, "fetching sources")
             spec = self.project.matrix.kernels[cell.kernel]
             source = fetch_source(cell.kernel, spec, cell.source_sha256, self.cache, self.project.root)
-            job = self.job_for(cell, source, share, digest)
-            view.log(f"{cell.id}: {job.parallelism.reason}")
+            job = self.job_for(cell, source, share, digest, binding_only)
+            view.log(f"{cell.id}: {escape(job.parallelism.reason)}")  # its [why] is not markup
             result = self._run_with_oom_retry(job)
             wheel = self._publish_locally(job, result, time.monotonic() - start)
             view.stage(cell.id, "done")
@@ -265,7 +338,7 @@ class Engine:
                 self.view.stage(cell.id, f"building (MAX_JOBS={job.spec.max_jobs})")
                 with self._lock:
                     self._running[cell.id] = job
-                code = backend.run(job, lambda line: self._on_line(cell, line, log))
+                code = backend.run(job, lambda line: self._on_line(job, line, log))
                 with self._lock:
                     self._running.pop(cell.id, None)
                 if code == 0:
@@ -301,16 +374,24 @@ class Engine:
         result["jobs_after"] = job.spec.max_jobs
         return result
 
-    def _on_line(self, cell: Cell, line: str, log: Any) -> None:
+    def _on_line(self, job: CellJob, line: str, log: Any) -> None:
         log.write(line if line.endswith("\n") else line + "\n")
-        if line.startswith(EVENT_PREFIX):
+        text = line.strip()  # pip -v indents what setup.py prints (the hook's sources event)
+        if text.startswith(EVENT_PREFIX):
             try:
-                event = json.loads(line[len(EVENT_PREFIX) :])
+                event = json.loads(text[len(EVENT_PREFIX) :])
             except json.JSONDecodeError:
                 return
-            kind = event.get("event")
+            kind, cell = event.get("event"), job.cell
             if kind == "unit":
-                self.view.units(cell.id, int(event.get("done", 0)), int(event.get("total", 0)))
+                name = event.get("name")
+                self.view.units(cell.id, int(event.get("done", 0)), int(event.get("total", 0)),
+                                str(name) if name else None)  # fmt: skip
+            elif kind == "sources":  # the setup hook's start order: the ETA follows the estimates
+                est = job.spec.unit_seconds
+                order = [(s, est.get(s, 0.0)) for s in (Path(str(x)).stem for x in event.get("compile", []))]
+                if est and order:
+                    self.view.plan_units(cell.id, order, job.spec.max_jobs or 1)
             elif kind == "stage":
                 secs = event.get("s")
                 self.view.stage(cell.id, str(event.get("stage", "")), event.get("status"),
@@ -346,7 +427,7 @@ class Engine:
         built = Path(result["wheel"])
         if not built.is_absolute():
             built = job.workdir / "out" / built.name
-        staging = self.output / f".staging-{cell.kernel_set_key}-{cell.cp}"
+        staging = self.output / f".staging-{cell.kernel_set_key}-{cell.binding_slug}"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         try:
@@ -360,6 +441,9 @@ class Engine:
                 self.memory_table.record(
                     str(cell.toolkit), profile_class, float(result["peak_rss_gb"]), len(cell.arches), cell.id
                 )
+            self.unit_table.record(cell.kernel, cell.kernel_version, str(cell.toolkit), len(cell.arches),
+                                   flags_of(cell.profile_spec.disable), result.get("unit_times") or {},
+                                   f"{cell.id}, MAX_JOBS={job.spec.max_jobs}")  # fmt: skip
             target = self.output / final.wheel.name
             # drop older wheels of the same cell, then move the pair in (wheel last: readers key on it)
             for old in self.output.glob("*.whl.manifest.json"):

@@ -7,6 +7,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from ..builder.patches import patch_scope, torch_free
 from .schema import ProfileSpec
 
 
@@ -155,35 +156,53 @@ class Cell:
         """Preprocessor flags the profile adds to every compile (FA2 and FA3 name them alike)."""
         return [f"-DFLASHATTENTION_DISABLE_{d.upper()}" for d in self.profile_spec.disable]
 
-    def key_inputs(self) -> dict[str, object]:
-        """What decides the compiled GPU code (Python excluded; for a stable-ABI wheel the torch floor, not
-        the torch release it happens to build with)."""
+    @property
+    def torch_free_kernels(self) -> bool:
+        """Its kernel units include no torch header (a `torch_free` patch, rule `shared-kernels`): their
+        objects serve every torch release of the CUDA lane, and the kernel-set key leaves torch out."""
+        return torch_free(self.patches)
+
+    def key_inputs(self, across_torch: bool = True) -> dict[str, object]:
+        """What decides the compiled GPU code: Python never; torch only while the kernel units include it
+        (`across_torch=False`: torch always, the key before kernels were shared across torch releases); for
+        a stable-ABI wheel the torch floor, not the torch release it happens to build with. Patches that
+        touch only the per-torch binding (scope `binding`) are left out."""
         inputs: dict[str, object] = {
             "kernel": self.kernel,
             "version": self.kernel_version,
             "source_sha256": self.source_sha256,
-            "patches": list(self.patches),
+            "patches": [p for p in self.patches if patch_scope(p) != "binding"],
             "toolkit": str(self.toolkit),
-            "torch": self.torch,
-            "torch_variant": self.torch_variant,
             "cxx11_abi": self.cxx11_abi,
             "arches": list(self.arches),
             "platform": self.platform,
             "profile": self.profile_spec.model_dump(exclude={"description"}),
         }
-        if self.custom_torch:
-            inputs["torch_build"] = self.torch_build
         if self.stable_abi:
             inputs.update(
                 torch=f"stable-abi>={self.torch_floor}", torch_variant=None, abi3_python=self.abi3_python
             )
-            inputs.pop("torch_build", None)
+        elif not (across_torch and self.torch_free_kernels):
+            inputs.update(torch=self.torch, torch_variant=self.torch_variant)
+            if self.custom_torch:
+                inputs["torch_build"] = self.torch_build
         return inputs
 
     @property
     def kernel_set_key(self) -> str:
-        blob = json.dumps(self.key_inputs(), sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        """Cells with the same key link the same compiled kernel objects."""
+        return _digest(self.key_inputs())
+
+    @property
+    def torch_kernel_set_key(self) -> str:
+        """The key with torch always in it (what kernel sets were before sharing across torch releases)."""
+        return _digest(self.key_inputs(across_torch=False))
+
+    @property
+    def binding_slug(self) -> str:
+        """What the per-(torch, Python) part of a build is named by: `cp311-torch2.14.1[-pt<build>]`."""
+        slug = f"{self.cp}-torch{self.torch}"
+        return f"{slug}-pt{self.custom_torch}" if self.custom_torch else slug
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -206,6 +225,10 @@ class Cell:
             "kernel_set_key": self.kernel_set_key,
             "patches": list(self.patches),
         }
+
+
+def _digest(inputs: dict[str, object]) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
 
 
 RELEASE_LOCAL_RE = re.compile(r"^(cu\d{2,4}|rocm\d+(\.\d+)*|cpu)$")

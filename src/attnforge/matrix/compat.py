@@ -73,6 +73,7 @@ class KernelRelease(Row):
     torch_headers: str = "full"  # "stable": only torch's stable/header-only API (no C++20 need)
     stable_abi_torch: str | None = None  # from this torch on: one stable-ABI (abi3) wheel for every torch
     abi3_python: str | None = None  # the CPython floor of that abi3 wheel
+    torch_free_patch: str | None = None  # the patch that takes torch out of the kernel units
     head_dims: list[int] = list(kernel_head_dims("flash-attn"))
     dtypes: list[str] = ["fp16", "bf16"]
     always_dtypes: list[str] = []  # compiled in every wheel (no switch)

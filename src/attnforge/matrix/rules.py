@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from ..builder.patches import patch_exists
 from ..kernels import features as kernel_features
 from .cell import Cell, Toolkit
 from .compat import CompatData, KernelRelease, arch_number, parse_version
@@ -329,9 +330,20 @@ def _profile(v: Verdict, data: CompatData) -> None:
                 )
 
 
+@rule("shared-kernels")
+def _shared_kernels(v: Verdict, data: CompatData) -> None:
+    """A CUDA cell of a kernel release with a torch-free patch compiles its kernel units without torch: the
+    patch joins the cell and the kernel-set key leaves torch out (kernels compiled once per CUDA lane)."""
+    c = v.cell
+    k = data.kernel_release(c.kernel, c.kernel_version)
+    if k and k.torch_free_patch and c.toolkit.kind == "cuda":
+        v.cell = replace(c, patches=tuple(sorted({*c.patches, k.torch_free_patch})))
+
+
 @rule("cxx-standard")
 def _cxx_standard(v: Verdict, data: CompatData) -> None:
-    """torch >= 2.14 headers need C++20; flash-attn hard-codes C++17: the build applies the cxx20 patch."""
+    """torch >= 2.14 headers need C++20; flash-attn hard-codes C++17: the build applies the cxx20 patch, or
+    cxx20-binding (the binding only) when the kernel units no longer include torch."""
     c = v.cell
     t = data.torch_release(c.torch)
     k = data.kernel_release(c.kernel, c.kernel_version)
@@ -341,10 +353,13 @@ def _cxx_standard(v: Verdict, data: CompatData) -> None:
             f"stable headers, which compile as C++{k.cxx_std}: no patch"
         )
     elif t and k and t.cxx_std > k.cxx_std:
-        v.cell = replace(c, patches=tuple(sorted({*c.patches, f"cxx{t.cxx_std}"})))
+        name = f"cxx{t.cxx_std}"
+        if c.torch_free_kernels and patch_exists(f"{name}-binding"):
+            name += "-binding"
+        v.cell = replace(c, patches=tuple(sorted({*c.patches, name})))
         v.notes.append(
             f"torch {t.family} headers need C++{t.cxx_std} but {c.kernel} {k.version} compiles with "
-            f"C++{k.cxx_std}: patch 'cxx{t.cxx_std}' applied"
+            f"C++{k.cxx_std}: patch '{name}' applied"
         )
 
 

@@ -1,7 +1,7 @@
 """What a CK (Composable Kernel) build needs on the machine, and a plain sentence for what is missing.
 
 attnforge has never compiled CK (docs/rocm.md): no ROCm toolchain, ROCm torch or AMD GPU is reachable from this
-project's machines, and the builder (`build/incontainer.py`) drives CUDA builds only. A CK cell is refused
+project's machines, and the builder (`attnforge.builder`) drives CUDA builds only. A CK cell is refused
 before anything runs, with the list of what this machine lacks.
 """
 

@@ -8,6 +8,9 @@ setup.py calls ``apply(ext_modules)`` just before ``setup()`` (the "setup-hooks"
 - ``ATTNFORGE_DEFINES="-DX -DY"``  added to both the nvcc and the host-compiler flags
 - ``ATTNFORGE_PREBUILT_OBJECTS=DIR`` link DIR's objects (DIR/manifest.json maps source -> object file)
   instead of compiling those sources
+- ``ATTNFORGE_UNIT_SECONDS="flash_api=129,flash_fwd_split_hdim128_bf16_sm80=453"`` estimated compile time
+  per unit (stem): ninja starts the units longest first (units without an estimate: ``unit_cost``);
+  ``start_in_order`` puts that order into torch's ninja file (setuptools sorts sources by name)
 
 It prints one ``@@attnforge {"event": "sources", ...}`` line. Runs under the build's Python (3.8+), stdlib only.
 """
@@ -56,21 +59,67 @@ def keep_source(src: str, head_dims: set[int], dtypes: set[str], drop_backward: 
     return not (drop_backward and m.group("kind") == "bwd")
 
 
-KIND_WEIGHT = {"bwd": 3.0, "fwd": 1.0, "fwd_split": 1.0}
+# Relative compile cost by kind when no measured estimate is given (H100, nvcc 13.0, hd64128: the split-KV
+# units were the longest, then backward, then forward; issue #18).
+KIND_WEIGHT = {"fwd_split": 2.2, "bwd": 1.6, "fwd": 1.0}
 
 
 def unit_cost(src: str) -> float:
-    """Rough relative compile cost of a source: backward units and large head dims take longest."""
+    """Rough relative compile cost of a source (seconds-like), for units without a measured estimate."""
     m = KERNEL_RE.search(src.replace("\\", "/"))
     if m is None:
-        return 2.0  # flash_api.cpp: a few minutes of host compile, start it early
-    return KIND_WEIGHT[m.group("kind")] * int(m.group("hdim")) / 64.0
+        return 80.0  # flash_api.cpp: a few minutes of host compile
+    causal = 0.8 if m.group("causal") else 1.0
+    return 190.0 * KIND_WEIGHT[m.group("kind")] * causal * (0.75 + int(m.group("hdim")) / 512.0)
 
 
-def longest_first(sources: list[str]) -> list[str]:
-    """Sources ordered longest-first (stable): ninja starts them in this order, which shortens the tail
-    of a parallel build where the slowest units would otherwise start last."""
-    return sorted(sources, key=unit_cost, reverse=True)
+def unit_seconds(text: str) -> dict[str, float]:
+    """``a=1.5,b=20`` -> {"a": 1.5, "b": 20.0}; malformed items are ignored."""
+    out: dict[str, float] = {}
+    for item in text.split(","):
+        name, _, value = item.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def longest_first(sources: list[str], estimates: dict[str, float] | None = None) -> list[str]:
+    """Sources ordered longest-first (stable; longest-processing-time order): ninja starts them in this order,
+    so the slowest units do not start last and leave the other cores idle at the tail."""
+    est = estimates or {}
+
+    def cost(src: str) -> float:
+        stem = os.path.splitext(os.path.basename(src))[0]
+        return est[stem] if stem in est else unit_cost(src)
+
+    return sorted(sources, key=cost, reverse=True)
+
+
+def start_in_order(order: list[str]) -> bool:
+    """Make torch's ninja file list the compile edges in ``order`` (ninja starts equal-priority edges in file
+    order; setuptools sorts an extension's sources by name before compiling them, which put flash-attn's
+    split-KV units last). Only the ninja file's order changes: the objects are linked in the sorted order
+    as before, so the .so is the same. False when this torch has no ``_write_ninja_file_and_compile_objects``."""
+    try:
+        from torch.utils import cpp_extension
+    except ImportError:
+        return False
+    original = getattr(cpp_extension, "_write_ninja_file_and_compile_objects", None)
+    if original is None:
+        return False
+    rank = {os.path.abspath(src): i for i, src in enumerate(order)}
+
+    def ordered(*args: Any, **kwargs: Any) -> Any:
+        sources, objects = kwargs.get("sources"), kwargs.get("objects")
+        if sources is not None and objects is not None and len(sources) == len(objects):
+            pairs = sorted(zip(sources, objects), key=lambda p: rank.get(os.path.abspath(p[0]), len(rank)))  # noqa: B905 (3.8+)
+            kwargs["sources"], kwargs["objects"] = [s for s, _ in pairs], [o for _, o in pairs]
+        return original(*args, **kwargs)
+
+    cpp_extension._write_ninja_file_and_compile_objects = ordered
+    return True
 
 
 def apply(ext_modules: list[Any]) -> None:
@@ -107,8 +156,9 @@ def apply(ext_modules: list[Any]) -> None:
                 reused.append(src)
             else:
                 compile_list.append(src)
-        compile_list = longest_first(compile_list)
+        compile_list = longest_first(compile_list, unit_seconds(os.environ.get("ATTNFORGE_UNIT_SECONDS", "")))
         ext.sources = compile_list
+        ordered = start_in_order(compile_list)
         args = ext.extra_compile_args
         args["cxx"] = list(args.get("cxx", [])) + defines + host_only
         args["nvcc"] = list(args.get("nvcc", [])) + defines
@@ -118,5 +168,6 @@ def apply(ext_modules: list[Any]) -> None:
             "prebuilt": reused,
             "pruned": pruned,
             "defines": defines + host_only,
+            "order": "longest first" if ordered else "by name (torch has no ninja-file hook)",
         }
         print("@@attnforge " + json.dumps(event), flush=True)

@@ -1,0 +1,123 @@
+"""What a target costs to compile, before building: kernel sets, units to compile and compile hours from
+the unit-time table, under three ways of sharing compiled kernels:
+
+- ``shared``: kernel objects shared by every cell of a kernel set (the key leaves Python out, and torch
+  too where the kernel units do not include it): one kernel compile per set, one binding per cell;
+- ``per_torch``: the key with torch in it (kernel objects shared across Pythons only);
+- ``none``: every cell compiles everything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..matrix.cell import Cell
+from ..matrix.plan import Plan
+from .schedule import CELL_OVERHEAD_S, CellEstimate, cell_estimates, makespan
+from .unittimes import UnitTimeTable
+
+
+@dataclass
+class SetCost:
+    """One kernel set: its cells and what compiling it costs (seconds of one job)."""
+
+    key: str
+    cells: list[Cell]
+    estimate: CellEstimate
+
+    @property
+    def kernel_units(self) -> int:
+        return len(self.estimate.units) - 1
+
+    @property
+    def kernel_s(self) -> float:
+        return self.estimate.kernel_s
+
+    @property
+    def binding_s(self) -> float:
+        return self.estimate.binding_s * len(self.cells)
+
+    @property
+    def compile_s(self) -> float:
+        return self.kernel_s + self.binding_s
+
+
+@dataclass
+class Scenario:
+    """Kernel sets under one way of sharing, with totals."""
+
+    name: str
+    sets: list[SetCost] = field(default_factory=list)
+
+    @property
+    def units(self) -> int:
+        return sum(s.kernel_units + len(s.cells) for s in self.sets)
+
+    @property
+    def compile_s(self) -> float:
+        return sum(s.compile_s for s in self.sets)
+
+    def wall_s(self, cores: int) -> float:
+        """Estimated wall time on ``cores``: every set's kernel units and bindings, longest first."""
+        durations = [e.s for s in self.sets for u, e in s.estimate.units.items() if u != "flash_api"]
+        durations += [s.estimate.binding_s + CELL_OVERHEAD_S for s in self.sets for _ in s.cells]
+        return makespan(durations, cores)
+
+    def to_json(self, cores: int) -> dict[str, Any]:
+        return {"kernel_sets": len(self.sets), "units": self.units,
+                "compile_hours": round(self.compile_s / 3600, 2), "wall_hours": round(self.wall_s(cores) / 3600, 2)}  # fmt: skip
+
+
+def scenario(name: str, cells: list[Cell], key: Callable[[Cell], str], table: UnitTimeTable) -> Scenario:
+    groups: dict[str, list[Cell]] = {}
+    for c in cells:
+        groups.setdefault(key(c), []).append(c)
+    return Scenario(
+        name, [SetCost(k, cs, CellEstimate(cell_estimates(table, cs[0]))) for k, cs in groups.items()]
+    )
+
+
+@dataclass
+class PlanCost:
+    """A plan's cost under the three scenarios; cells without a unit model are listed apart."""
+
+    target: str
+    cores: int
+    shared: Scenario
+    per_torch: Scenario
+    none: Scenario
+    not_estimated: list[Cell]
+    factor: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "cores": self.cores,
+            "machine_factor": round(self.factor, 3),
+            "shared": self.shared.to_json(self.cores),
+            "per_torch": self.per_torch.to_json(self.cores),
+            "none": self.none.to_json(self.cores),
+            "not_estimated": [c.id for c in self.not_estimated],
+            "kernel_sets": [
+                {"key": s.key, "cells": [c.id for c in s.cells], "kernel_units": s.kernel_units,
+                 "kernel_hours": round(s.kernel_s / 3600, 2), "binding_hours": round(s.binding_s / 3600, 2)}
+                for s in self.shared.sets
+            ],
+        }  # fmt: skip
+
+
+def plan_cost(plan: Plan, table: UnitTimeTable, cores: int) -> PlanCost:
+    """The cost of a plan's valid cells on ``cores`` cores of this machine (`table`'s factor)."""
+    modelled = [c for c in plan.valid if cell_estimates(table, c)]
+    rest = [c for c in plan.valid if c not in modelled]
+    return PlanCost(
+        plan.target,
+        cores,
+        scenario("shared", modelled, lambda c: c.kernel_set_key, table),
+        scenario("per_torch", modelled, lambda c: c.torch_kernel_set_key, table),
+        scenario("none", modelled, lambda c: c.id, table),
+        rest,
+        table.factor,
+    )
