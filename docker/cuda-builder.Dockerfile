@@ -10,9 +10,13 @@
 #             (CUDA_FROM=pypi), e.g. one made by attnforge.images.bootstrap for air-gapped sites.
 # CUDA_FROM   pypi: install nvcc, cudart, cccl, crt and nvvm from PyPI wheels (CUDA >= 13; the -cu12
 #             wheels carry no nvcc) into /opt/cuda-pypi and expose it as /usr/local/cuda.
-#             base: trust the base image's /usr/local/cuda.
+#             base: trust the base image's /usr/local/cuda (nvidia/cuda:<ver>-devel, or attnforge's local
+#             stand-in attnforge-standin/cuda:12.4.1-devel-debian12 made by docker/cuda-standin/).
+# HOST_GCC    the newest gcc major the toolkit accepts (compat.toml max_gcc; the docker backend passes it).
+#             When the base's default g++ is newer, the newest g++-N (N <= HOST_GCC) its apt offers is
+#             installed beside it (the builder picks it); a base offering none fails here, before any cell.
 # The CA bundle (secret "ca_bundle") is visible to pip during the step only, never stored in a layer.
-# Nothing here installs torch or flash-attn: the per-cell builder (incontainer.py) does that in a venv on
+# Nothing here installs torch or flash-attn: the per-cell builder (attnforge.builder) does that in a venv on
 # a mounted cache volume, so one image serves every torch/Python cell of a CUDA variant.
 
 ARG BASE_IMAGE=local/debian:bookworm
@@ -20,6 +24,7 @@ FROM ${BASE_IMAGE}
 
 ARG CUDA_FROM=pypi
 ARG CUDA_VERSION=13.0
+ARG HOST_GCC=
 ARG CUDA_PIP_PACKAGES="nvidia-cuda-nvcc nvidia-cuda-runtime nvidia-cuda-cccl nvidia-cuda-crt nvidia-nvvm"
 ARG PIP_INDEX_URL=https://pypi.org/simple
 ARG PIP_EXTRA_INDEX_URL=
@@ -36,6 +41,14 @@ RUN apt-get update \
         g++ make ninja-build ccache binutils patch xz-utils \
         python3 python3-dev python3-venv \
         ${PYTHON_RUNTIME_LIBS} \
+ && have="$(g++ -dumpversion | cut -d. -f1)" \
+ && if [ -n "${HOST_GCC}" ] && [ "$have" -gt "${HOST_GCC}" ]; then \
+        n="${HOST_GCC}"; while [ "$n" -ge 6 ] && ! apt-cache show "g++-$n" >/dev/null 2>&1; do n=$((n - 1)); done; \
+        if [ "$n" -lt 6 ]; then \
+            echo "the base offers no g++ <= ${HOST_GCC} (its g++ is $have): CUDA ${CUDA_VERSION} accepts gcc <= ${HOST_GCC}"; exit 1; \
+        fi; \
+        apt-get install -y --no-install-recommends "g++-$n"; \
+    fi \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
 
 RUN --mount=type=secret,id=ca_bundle --mount=type=cache,target=/root/.cache/pip \
@@ -67,6 +80,7 @@ ENV CUDA_HOME=/usr/local/cuda \
 
 LABEL org.opencontainers.image.title="attnforge cuda-builder" \
       io.attnforge.cuda-from="${CUDA_FROM}" \
-      io.attnforge.cuda-version="${CUDA_VERSION}"
+      io.attnforge.cuda-version="${CUDA_VERSION}" \
+      io.attnforge.host-gcc-max="${HOST_GCC}"
 
 CMD ["/bin/bash"]

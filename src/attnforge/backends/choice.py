@@ -27,8 +27,10 @@ def docker_engine_ok(docker: str = DOCKER) -> tuple[bool, str]:
     return True, proc.stdout.strip()
 
 
-def choose_backend(project: Project, name: str, view: ProgressView) -> Backend:
-    """Instantiate the backend `name` (auto/docker/local)."""
+def choose_backend(
+    project: Project, name: str, view: ProgressView, base_images: dict[str, str] | None = None
+) -> Backend:
+    """Instantiate the backend `name` (auto/docker/local); `base_images` (--base-image) go to docker."""
     from .docker import DockerBackend
     from .local import LocalBackend
 
@@ -36,7 +38,7 @@ def choose_backend(project: Project, name: str, view: ProgressView) -> Backend:
         ok, detail = docker_engine_ok()
         if ok:
             view.log(f"backend: docker (engine {detail})")
-            backend: Backend = DockerBackend(project)
+            backend: Backend = DockerBackend(project, base_images=base_images)
             return backend
         if name == "docker":
             raise EnvironmentProblem(
@@ -45,4 +47,6 @@ def choose_backend(project: Project, name: str, view: ProgressView) -> Backend:
         view.log(f"backend: local (no Docker engine: {detail})")
     else:
         view.log("backend: local")
+    if base_images:
+        view.log(f"--base-image ignored: the {name} backend builds on this host, not on a base image")
     return LocalBackend()

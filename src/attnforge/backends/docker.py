@@ -20,7 +20,9 @@ from ..engine.progress import ProgressView
 from ..engine.resources import GIB, detect_machine
 from ..errors import BuildError, EnvironmentProblem
 from ..images.bootstrap import BaseImageError, bootstrap_debian_base, image_id
+from ..images.cuda_standin import STANDINS, ensure_cuda_standin, standin_for
 from ..matrix.cell import Cell, Toolkit
+from ..matrix.rules import host_compiler_problem
 from ..pins import local_base
 from ..project import Project
 from .pip_config import PipOptions, pip_options
@@ -43,20 +45,26 @@ def dockerfile_dir() -> Path:
 
 
 def python_prefix(version: str) -> Path:
-    """The installation prefix of the host's python<version> (mounted read-only into the builder)."""
-    try:
-        out = subprocess.run(
-            [f"python{version}", "-c", "import sys; print(sys.base_prefix)"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        raise EnvironmentProblem(
-            f"python{version} is not available on this host; the docker backend mounts the host's interpreter "
-            f"(install it, e.g. with pyenv, or use a base image that has python{version})"
-        ) from None
-    return Path(out)
+    """The installation prefix of the host's python<version> (mounted read-only into the builder): the one on
+    PATH, else pyenv's newest `$PYENV_ROOT/versions/<version>.*` (its shims answer only for the active one)."""
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    found = sorted(pyenv.glob(f"{version}.*/bin/python{version}"), key=lambda p: _version_key(p.parts[-3]))
+    for exe in [f"python{version}", *(str(p) for p in reversed(found))]:
+        try:
+            out = subprocess.run([exe, "-c", "import sys; print(sys.base_prefix)"],
+                                 capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        except (OSError, subprocess.CalledProcessError):
+            continue
+        return Path(out)
+    raise EnvironmentProblem(
+        f"python{version} is not available on this host; the docker backend mounts the host's interpreter "
+        f"(install it, e.g. with pyenv, or use a base image that has python{version})"
+    )
+
+
+def _version_key(text: str) -> tuple[int, ...]:
+    """ "3.12.10" -> (3, 12, 10): pyenv folders sorted by number, not by text."""
+    return tuple(int(x) if x.isdigit() else -1 for x in text.split("."))
 
 
 def build_image(cmd: list[str], log: Path, failure: Callable[[Path, str], str]) -> None:
@@ -80,44 +88,99 @@ class DockerBackend:
 
     name = "docker"
 
-    def __init__(self, project: Project, docker: str = DOCKER) -> None:
+    def __init__(
+        self, project: Project, docker: str = DOCKER, base_images: dict[str, str] | None = None
+    ) -> None:
         self.project = project
         self.docker = docker
         build = project.matrix.build
+        self.base_images = {**build.base_images, **(base_images or {})}  # --base-image wins
         self.pip: PipOptions = pip_options(build.pip)
         ca = build.extra_ca_bundle or (str(DEFAULT_CA) if DEFAULT_CA.exists() else None)
         self.ca_bundle = project.path(ca) if ca else None
         self.images: dict[str, str] = {}
+        self.bases: dict[str, str] = {}  # toolkit -> the base its builder image was made FROM
         self.pip_args = self.pip.args
         self.interpreter: str | None = None
 
     # ---- images ----
     def base_for(self, toolkit: Toolkit) -> tuple[str, str]:
-        """(base image, CUDA_FROM) for a toolkit: matrix override, local bootstrap, or the compat devel image."""
-        build = self.project.matrix.build
-        if str(toolkit) in build.base_images:
-            return build.base_images[str(toolkit)], "base"
-        if build.local_base:
-            return LOCAL_BASE, "pypi"
+        """(base image, CUDA_FROM) for a toolkit: --base-image / build.base_images, then with `local_base` the
+        local bookworm base (CUDA >= 13 from PyPI) or a local stand-in of the devel image (CUDA 12.4), else
+        the compat table's `nvidia/cuda:<ver>-devel` image."""
+        if str(toolkit) in self.base_images:
+            return self.base_images[str(toolkit)], "base"
+        if self.project.matrix.build.local_base:
+            if toolkit.major >= 13:
+                return LOCAL_BASE, "pypi"
+            standin = standin_for(toolkit.version)
+            if standin is None:
+                raise EnvironmentProblem(
+                    f"{toolkit}: PyPI's CUDA {toolkit.major} wheels carry no nvcc and there is no local stand-in "
+                    f"for it (only CUDA {', '.join(sorted(STANDINS))}): set build.base_images.{toolkit} "
+                    f"or pass --base-image {toolkit}=nvidia/cuda:<{toolkit.version}.x>-devel-ubuntu22.04"
+                )
+            return standin.tag, "base"
         row = self.project.compat.cuda_toolkit(toolkit.version)
         if row is None or not row.devel_image:
             raise EnvironmentProblem(f"no base image known for {toolkit}: set build.base_images.{toolkit}")
         return row.devel_image, "base"
 
+    def host_gcc(self, toolkit: Toolkit) -> str:
+        """HOST_GCC for the builder image: the newest gcc major the toolkit accepts (compat `max_gcc`)."""
+        row = self.project.compat.cuda_toolkit(toolkit.version)
+        return str(row.max_gcc) if row and row.max_gcc else ""
+
     def builder_tag(self, toolkit: Toolkit, base: str, cuda_from: str) -> str:
         text = (dockerfile_dir() / "cuda-builder.Dockerfile").read_bytes()
-        digest = hashlib.sha256(text + f"{base}|{cuda_from}|{toolkit.version}".encode()).hexdigest()[:12]
+        key = f"{base}|{cuda_from}|{toolkit.version}|{self.host_gcc(toolkit)}"
+        digest = hashlib.sha256(text + key.encode()).hexdigest()[:12]
         return f"attnforge/cuda-builder:{toolkit.short}-{digest}"
+
+    def ensure_base(self, base: str, toolkit: Toolkit, view: ProgressView) -> None:
+        """Make a missing local base: the bookworm bootstrap, or the toolkit's CUDA stand-in on top of it."""
+        if image_id(base, docker=self.docker) is not None:
+            return
+        standin = standin_for(toolkit.version)
+        try:
+            if base == LOCAL_BASE:
+                view.log(f"bootstrapping the local base image {LOCAL_BASE} (debootstrap, ~1 min)")
+                res = bootstrap_debian_base(LOCAL_BASE, docker=self.docker)
+                view.log(f"{LOCAL_BASE}: created in {res.seconds} s")
+            elif standin is not None and base == standin.tag:
+                log = self.logs_dir() / f"standin-{toolkit.short}.log"
+                made = ensure_cuda_standin(
+                    toolkit.version, ca_bundle=self.ca_bundle, log_path=log, docker=self.docker, say=view.log
+                )
+                view.log(f"{made.tag}: created in {made.seconds} s (a stand-in, NOT an NVIDIA image)")
+        except BaseImageError as exc:
+            raise EnvironmentProblem(f"cannot make the local base image {base}: {exc}") from None
+
+    def logs_dir(self) -> Path:
+        return self.project.path(self.project.matrix.build.output_dir) / "logs"
+
+    def pinned(self, base: str, view: ProgressView) -> str:
+        """`name@digest` for a registry base that docker/bases.toml pins; other bases as they are (logged)."""
+        from ..images.bases import is_local_name, load_bases
+
+        if "@" in base or is_local_name(base):
+            return base
+        rec = load_bases(dockerfile_dir() / "bases.toml").get(base)
+        if rec is not None and rec.kind == "registry" and rec.pin:
+            return f"{base}@{rec.pin}"
+        view.log(
+            f"base {base} is not digest-pinned in docker/bases.toml (`attnforge images bases --update {base}`)"
+        )
+        return base
 
     def ensure_builder(self, toolkit: Toolkit, view: ProgressView) -> str:
         base, cuda_from = self.base_for(toolkit)
-        if base == LOCAL_BASE and image_id(LOCAL_BASE, docker=self.docker) is None:
-            view.log(f"bootstrapping the local base image {LOCAL_BASE} (debootstrap, ~1 min)")
-            try:
-                res = bootstrap_debian_base(LOCAL_BASE, docker=self.docker)
-            except BaseImageError as exc:
-                raise EnvironmentProblem(f"cannot make the local base image: {exc}") from None
-            view.log(f"{LOCAL_BASE}: created in {res.seconds} s")
+        problem = host_compiler_problem(toolkit, base, self.project.compat)
+        if problem is not None:
+            raise EnvironmentProblem(f"[{problem.rule}] {problem.message}")
+        self.ensure_base(base, toolkit, view)
+        base = self.pinned(base, view)
+        self.bases[str(toolkit)] = base
         tag = self.builder_tag(toolkit, base, cuda_from)
         if image_id(tag, docker=self.docker):
             return tag
@@ -133,6 +196,8 @@ class DockerBackend:
             f"CUDA_FROM={cuda_from}",
             "--build-arg",
             f"CUDA_VERSION={toolkit.version}",
+            "--build-arg",
+            f"HOST_GCC={self.host_gcc(toolkit)}",
             "--network",
             "host",
             "-t",
@@ -141,9 +206,7 @@ class DockerBackend:
         if self.ca_bundle:
             cmd += ["--secret", f"id=ca_bundle,src={self.ca_bundle}"]
         cmd.append(str(dockerfile_dir()))
-        log = (
-            self.project.path(self.project.matrix.build.output_dir) / "logs" / f"builder-{toolkit.short}.log"
-        )
+        log = self.logs_dir() / f"builder-{toolkit.short}.log"
         build_image(
             cmd, log, lambda log, tail: f"building the {toolkit} builder image failed (log {log}):\n{tail}"
         )
@@ -159,8 +222,16 @@ class DockerBackend:
         for py in sorted({c.python for c in cells}):
             python_prefix(py)
 
+    def image_of(self, cell: Cell) -> dict[str, str | None]:
+        """The builder image a cell ran in and its base (for the manifest's `build`)."""
+        key = str(cell.toolkit)
+        return {"image": self.images.get(key), "base": self.bases.get(key)}
+
     def identity(self) -> str:
-        return json.dumps({"backend": "docker", "dockerfile": self._dockerfile_digest()}, sort_keys=True)
+        ident: dict[str, object] = {"backend": "docker", "dockerfile": self._dockerfile_digest()}
+        if self.base_images:  # another base is another wheel (absent when unset: older hashes still hold)
+            ident["bases"] = self.base_images
+        return json.dumps(ident, sort_keys=True)
 
     def _dockerfile_digest(self) -> str:
         try:

@@ -51,11 +51,12 @@ FALLBACK_CXX = ("/usr/bin/g++", "/usr/bin/c++")
 def c_compiler_for(cxx: str) -> str | None:
     """The C compiler beside a C++ one (``.../g++`` -> ``.../gcc``, ``c++`` -> ``cc``), when it exists."""
     head, name = os.path.split(cxx)
-    for plus, plain in (("clang++", "clang"), ("g++", "gcc"), ("c++", "cc")):
-        if name.endswith(plus):
-            cand = os.path.join(head, name[: -len(plus)] + plain)
-            return cand if shutil.which(cand) else None
-    return None
+    m = re.fullmatch(r"(.*?)(clang\+\+|g\+\+|c\+\+)(-[0-9.]+)?", name)  # g++-13 -> gcc-13
+    if not m:
+        return None
+    plain = {"clang++": "clang", "g++": "gcc", "c++": "cc"}[m.group(2)]
+    cand = os.path.join(head, m.group(1) + plain + (m.group(3) or ""))
+    return cand if shutil.which(cand) else None
 
 
 def compiler_identity(cxx: str) -> str | None:
@@ -131,6 +132,39 @@ def choose_host_compiler(
                     "rejected": {c: w for c, w in tried if w}}  # fmt: skip
     detail = "; ".join(f"{c}: {w}" for c, w in tried) or f"{first} does not run"
     raise BuildFailure(EXIT_ENV, f"no usable host C++ compiler ({detail}); set CXX/CC to a working g++")
+
+
+def gcc_for_toolkit(max_gcc: int | None, env: dict[str, str], rep: Reporter) -> dict[str, Any] | None:
+    """A g++ the CUDA toolkit accepts (its crt/host_config.h rejects gcc majors above ``max_gcc``).
+
+    None when there is no limit, or ``$CXX`` (else ``c++``) is not GNU or is new enough. Otherwise the newest
+    ``g++-N`` on PATH with N <= ``max_gcc``, as ``{"cxx", "cc", "reason"}`` (the caller sets CXX and CC; torch
+    hands CC to nvcc as -ccbin). BuildFailure(EXIT_ENV) when there is none, before anything compiles."""
+    if not max_gcc:
+        return None
+    default = env.get("CXX") or "c++"
+    exe = shutil.which(default.split()[-1], path=env.get("PATH")) or default
+    try:
+        banner = run_capture([exe, "--version"], timeout=60)
+        major = int(run_capture([exe, "-dumpfullversion", "-dumpversion"], timeout=60).split(".")[0])
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired):
+        return None  # not a gcc we can ask; the compile step reports what is wrong with it
+    if "clang" in banner.lower() or major <= max_gcc:
+        return None
+    for n in range(max_gcc, 5, -1):
+        cxx = shutil.which(f"g++-{n}", path=env.get("PATH"))
+        cc = shutil.which(f"gcc-{n}", path=env.get("PATH"))
+        if cxx and cc:
+            reason = (
+                f"{default} is gcc {major}, newer than the toolkit accepts (gcc <= {max_gcc}): using g++-{n}"
+            )
+            rep.line(f"attnforge: {reason}")
+            return {"cxx": cxx, "cc": cc, "reason": reason}
+    raise BuildFailure(
+        EXIT_ENV,
+        f"{default} is gcc {major}, but this CUDA toolkit accepts gcc <= {max_gcc} and no g++-N/gcc-N with "
+        f"N <= {max_gcc} is on PATH: install one (e.g. g++-{max_gcc}) or set CXX/CC to a supported compiler",
+    )
 
 
 def toolchain(cuda_home: str | None, tinfo: dict[str, Any], cxx: str | None = None) -> dict[str, str | None]:

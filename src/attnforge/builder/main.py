@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .compiler import choose_host_compiler, nvcc_problem, toolchain
+from .compiler import FALLBACK_CXX, choose_host_compiler, gcc_for_toolkit, nvcc_problem, toolchain
 from .exits import (
     EXIT_BUILD,
     EXIT_ENV,
@@ -142,9 +142,16 @@ def build(spec: BuildSpec, rep: Reporter, result: dict[str, Any]) -> None:
     result["torch_build"] = venv["torch"]
     home = cuda_home(base_env)
     host_cxx: dict[str, Any] = {}
+    toolkit_cxx = None if spec.pure_python else gcc_for_toolkit(spec.max_gcc, base_env, rep)
+    if toolkit_cxx:
+        base_env["CXX"], base_env["CC"] = toolkit_cxx["cxx"], toolkit_cxx["cc"]
     if spec.cxx_probe and not spec.pure_python:
         with Stage(rep, times, "compiler"):
-            host_cxx = choose_host_compiler(vpy, Path(spec.venv_dir), base_env, rep)
+            fallbacks = () if toolkit_cxx else FALLBACK_CXX  # the fallbacks are the too-new default g++
+            host_cxx = choose_host_compiler(vpy, Path(spec.venv_dir), base_env, rep, fallbacks)
+    host_cxx = host_cxx or dict(toolkit_cxx or {})
+    if toolkit_cxx:
+        host_cxx["toolkit_limit"] = toolkit_cxx["reason"]
     tool = toolchain(home, venv, host_cxx.get("cxx"))
     result["toolchain"] = tool
     result["host_compiler"] = host_cxx
@@ -165,10 +172,12 @@ def build(spec: BuildSpec, rep: Reporter, result: dict[str, Any]) -> None:
     result["nvcc_threads"] = spec.nvcc_threads
     epoch = spec.source_date_epoch or archive_epoch(archive)
     env = build_env(spec, vpy, tree, epoch, max_jobs, prebuilt, auto_wrap=bool(venv.get("auto_wrap")))
-    if host_cxx.get("switched") or (host_cxx and "CXX" in base_env):
+    if host_cxx.get("switched") or (host_cxx.get("cxx") and "CXX" in base_env):
         env["CXX"] = host_cxx["cxx"]
         if host_cxx.get("cc"):
             env["CC"] = host_cxx["cc"]  # torch passes CC to nvcc as -ccbin
+    if toolkit_cxx:  # the probe had no fallback: host_cxx is this compiler
+        env["CXX"], env["CC"] = toolkit_cxx["cxx"], toolkit_cxx["cc"]
     built, parser = compile_wheel(spec, rep, result, vpy, tree, env, py_tag, max_jobs)
     if prebuilt is None:
         compiled = list((parser.sources_event or {}).get("compile", []))

@@ -202,12 +202,40 @@ def _runs_on(labels: tuple[str, ...] | list[str]) -> Any:
     return labels[0] if len(labels) == 1 else list(labels)
 
 
+def devel_base(job: KernelSetJob, project: Project) -> tuple[str, str] | None:
+    """(`--base-image` argument, comment) for a CUDA <= 12 kernel-set (PyPI's CUDA 12 wheels have no nvcc):
+    its `nvidia/cuda:<ver>-devel` base, which docker/bases.toml must list as a registry base."""
+    from ..images.bases import load_bases
+    from ..images.build import docker_dir
+
+    tk = job.first.toolkit
+    row = project.compat.cuda_toolkit(tk.version) if tk.kind == "cuda" and tk.major < 13 else None
+    if row is None:
+        return None
+    image = project.matrix.build.base_images.get(str(tk)) or row.devel_image or ""
+    rec = load_bases(docker_dir() / "bases.toml").get(image)
+    if rec is None or rec.kind != "registry":
+        raise ConfigurationError(
+            f"{job.first.id}: its builder base {image or '(none in the compat table)'} is not a registry base "
+            f'listed in docker/bases.toml: add a [[base]] row (kind = "registry") and pin it with '
+            f"`attnforge images bases --update {image or 'NAME'}`"
+        )
+    pin = f"pinned {rec.pin[:19]}" if rec.pin else f"unpinned: `attnforge images bases --update {image}`"
+    return (
+        f"{tk}={image}",
+        f"{tk}: PyPI has no CUDA {tk.major} nvcc; built on {image}\n(docker/bases.toml, {pin})",
+    )
+
+
 def build_job(
     job: KernelSetJob, spec: WorkflowSpec, project: Project, settings: CiSettings
 ) -> dict[Any, Any]:
     build = project.matrix.build
     cache, out = build.cache_dir, build.output_dir
     cells = "".join(f" \\\n  --cell {c.id}" for c in job.cells)
+    base = devel_base(job, project)
+    if base is not None:
+        cells = f" \\\n  --base-image {base[0]}" + cells
     key = f"attnforge-{job.key}-${{{{ github.run_id }}}}-${{{{ github.run_attempt }}}}"
     steps: list[Any] = [
         _checkout(),
@@ -219,7 +247,7 @@ def build_job(
             "with": {"path": cache, "key": key, "restore-keys": f"attnforge-{job.key}-"},
         },
         {
-            Comment(MEMORY_NOTE): None,
+            Comment(MEMORY_NOTE + (f"\n{base[1]}" if base else "")): None,
             "name": f"build {len(job.cells)} cell(s)",
             "timeout-minutes": max(10, settings.build_timeout_minutes - 25),
             "run": f"nox -s build-wheels -- --target {spec.target} --quiet{cells}\n",

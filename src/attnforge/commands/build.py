@@ -19,6 +19,7 @@ from ..engine.run import CellResult, Engine
 from ..errors import BuildError, ConfigurationError
 from ..matrix.cell import Cell
 from ..matrix.plan import select_cells
+from ..matrix.schema import TOOLKIT_RE
 from ..project import Project
 
 DEFAULT_TARGET = "default"
@@ -57,6 +58,19 @@ def environment_build(project: Project, python: str, target: str | None, ids: li
     else:
         templates = [template_cell(project, env, profile, arches, kernel)]
     return EnvBackend(python, env), environment_cells(project, env, templates)
+
+
+def parse_base_images(values: tuple[str, ...]) -> dict[str, str]:
+    """`--base-image TOOLKIT=IMAGE` values -> {toolkit: image}; a malformed one is an error naming it."""
+    out: dict[str, str] = {}
+    for raw in values:
+        toolkit, sep, image = raw.partition("=")
+        if not sep or not TOOLKIT_RE.match(toolkit) or not image:
+            raise ConfigurationError(
+                f"--base-image {raw!r}: expected TOOLKIT=IMAGE, e.g. cuda12.4=nvidia/cuda:12.4.1-devel-ubuntu22.04"
+            )
+        out[toolkit] = image
+    return out
 
 
 def summary_table(results: list[CellResult]) -> Table:
@@ -106,6 +120,14 @@ def summary_table(results: list[CellResult]) -> Table:
     metavar="ARCH",
     help="With --python: an arch to compile (repeatable) [default: this machine's GPUs].",
 )
+@click.option(
+    "--base-image",
+    "base_images",
+    multiple=True,
+    metavar="TOOLKIT=IMAGE",
+    help="Builder base for a toolkit, over build.base_images and local_base (repeatable), e.g. "
+    "cuda12.4=nvidia/cuda:12.4.1-devel-ubuntu22.04; a registry base pinned in docker/bases.toml is used by digest.",
+)
 @click.option("--force", is_flag=True, help="Rebuild cells whose wheel is up to date.")
 @click.option(
     "--max-jobs", type=click.IntRange(1), envvar="MAX_JOBS", help="Parallel compile jobs (env MAX_JOBS)."
@@ -132,6 +154,7 @@ def command(
     kernel: str | None,
     profile: str | None,
     arches: tuple[str, ...],
+    base_images: tuple[str, ...],
     force: bool,
     max_jobs: int | None,
     nvcc_threads: int | None,
@@ -151,6 +174,7 @@ def command(
     - --python PATH builds against that interpreter's own torch (manifest build.backend "env").
     """
     console = Console(stderr=True)
+    bases = parse_base_images(base_images)
     env_backend: EnvBackend | None = None
     if python is not None:
         if backend not in (None, "env"):
@@ -166,7 +190,7 @@ def command(
         chosen = cells_to_build(project, target, list(cells))
     with ProgressView(quiet=True if quiet else None) as view:
         engine_backend: Backend = env_backend or choose_backend(
-            project, backend or project.matrix.build.backend, view
+            project, backend or project.matrix.build.backend, view, bases
         )
         engine = Engine(
             project,

@@ -73,12 +73,14 @@ def make_spec(
     pip_args: list[str] | None = None,
     venv_root: Path | None = None,
     interpreter: str | None = None,
+    max_gcc: int | None = None,
 ) -> BuildSpec:
     """The builder's spec for one cell, with host paths (the docker backend mounts them at the same paths).
 
     `interpreter`: build with that Python and the torch installed there (the env backend). A ROCm Triton
     cell compiles nothing: it builds with this machine's Python and a CPU stand-in torch (its wheel is
-    `py3-none-any`; setup.py only imports torch).
+    `py3-none-any`; setup.py only imports torch). `max_gcc`: the newest gcc major the cell's CUDA toolkit
+    accepts (the builder picks a `g++-N` at or below it when the default g++ is newer).
     """
     venvs = venv_root or workdir.parent.parent.parent / "venvs"
     profile = cell.profile_spec
@@ -109,6 +111,7 @@ def make_spec(
         ccache_dir=str(ccache_dir),
         pip_args=list(pip_args or []),
         source_date_epoch=int(os.environ.get("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH)),
+        max_gcc=max_gcc,
     )
     if interpreter is not None:
         return spec.replace(python=interpreter, use_interpreter=True, torch=cell.torch_build or cell.torch)

@@ -124,10 +124,12 @@ class JobMemoryTable:
         return float(str(row["peak_gb"])), str(row.get("source", "default"))
 
     def record(self, toolkit: str, profile_class: str, peak_gb: float, arches: int, note: str) -> None:
-        """Remember a measured peak (per arch), so the next build plans with it."""
+        """Remember a measured peak, so the next build plans with it. `peak_gb` is the largest single process:
+        one cicc/ptxas, which compiles one arch (NVCC_THREADS runs one per arch at once), so it is already the
+        per-arch figure whatever `arches` is (dividing by it under-planned 2-arch builds into an OOM)."""
         if not self.measured_path or peak_gb <= 0:
             return
-        per_arch = round(peak_gb / max(1, arches), 2)
+        per_arch = round(peak_gb, 2)
         measured: dict[str, object] = {}
         if self.measured_path.exists():
             measured = json.loads(self.measured_path.read_text())

@@ -168,11 +168,18 @@ class Engine:
             parallelism=par,
             pip_args=backend.pip_args,
             interpreter=backend.interpreter,
+            max_gcc=self.max_gcc(cell),
         )
         seconds = {u: round(e.s, 1) for u, e in self.estimate(cell).units.items()}
         if seconds:
             spec = spec.replace(unit_seconds=seconds)
         return CellJob(cell, spec, workdir, self.logs / f"{cell.id}.log", par, digest, self.memory_limit_gb)
+
+    def max_gcc(self, cell: Cell) -> int | None:
+        """The newest gcc major the cell's CUDA toolkit accepts (compat `max_gcc`), for the builder's g++."""
+        tk = cell.toolkit
+        row = self.project.compat.cuda_toolkit(tk.version) if tk.kind == "cuda" else None
+        return row.max_gcc if row else None
 
     # ---- running ----
     def build(self, cells: list[Cell], parallel_cells: int | None = None) -> list[CellResult]:
@@ -359,6 +366,9 @@ class Engine:
             raise BuildError(
                 f"{cell.id}: the builder exited 0 but left no result ({result_path}: {exc})"
             ) from None
+        image_of = getattr(backend, "image_of", None)
+        if callable(image_of):  # the docker backend: builder image and its base
+            result.update({k: v for k, v in image_of(cell).items() if v})
         result["oom_retries"] = oom_retries
         result["jobs_before"] = jobs_before
         result["jobs_after"] = job.spec.max_jobs

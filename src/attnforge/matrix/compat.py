@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from importlib import resources
 from pathlib import Path
@@ -36,6 +37,7 @@ class TorchRelease(Row):
     pypi_cuda: str | None = None
     rocm: list[str] = []
     cxx11_abi: list[bool] = [True]
+    cxx11_abi_by_variant: dict[str, bool] = {}  # "cu124" -> False: the one ABI of that variant's wheels
     cxx_std: int = 17
     aarch64_cuda: list[str] = []
 
@@ -94,6 +96,16 @@ class NgcRelease(Row):
     ubuntu: str | None = None
 
 
+class BaseOs(Row):
+    """A builder base's operating system: its glibc and the g++ majors its archive offers."""
+
+    name: str  # the tag suffix nvidia/cuda and attnforge's stand-ins use: ubuntu22.04, debian12
+    codename: str  # jammy, bookworm (local/debian:<codename>)
+    glibc: str
+    gcc_default: int
+    gcc: list[int]
+
+
 class DriverFloor(Row):
     cuda_major: int
     min_driver: str
@@ -109,6 +121,7 @@ class CompatData(BaseModel):
     kernel: list[KernelRelease]
     ngc: list[NgcRelease] = []
     driver: list[DriverFloor] = []
+    base_os: list[BaseOs] = []
 
     def torch_release(self, version: str) -> TorchRelease | None:
         """Find the family row for '2.8' or '2.8.0'."""
@@ -123,6 +136,13 @@ class CompatData(BaseModel):
 
     def kernel_release(self, name: str, version: str) -> KernelRelease | None:
         return next((k for k in self.kernel if k.name == name and k.version == version), None)
+
+    def os_of_image(self, image: str) -> BaseOs | None:
+        """The OS an image's tag names (`...-devel-ubuntu22.04`, `local/debian:bookworm`), or None."""
+        name = image.split("@", 1)[0]
+        tag = name.rsplit(":", 1)[1] if ":" in name.rsplit("/", 1)[-1] else ""
+        words = set(re.split(r"[-_]", tag))
+        return next((o for o in self.base_os if o.name in words or o.codename in words), None)
 
 
 def parse_version(text: str) -> Version:

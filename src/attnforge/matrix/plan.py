@@ -11,7 +11,7 @@ from ..errors import ConfigurationError, NothingToDoError
 from .cell import Cell, Toolkit
 from .compat import CompatData, parse_version
 from .lock import source_sha256
-from .rules import Problem, Verdict, check
+from .rules import Problem, Verdict, check, host_compiler_problem
 from .schema import AXES, Matrix, TargetSpec
 
 Combo = dict[str, Any]
@@ -179,7 +179,33 @@ def plan_target(matrix: Matrix, target: str, data: CompatData, lock: dict[str, A
     verdicts = [check(make_cell(c, matrix, data, lock or {}), data) for c in combos]
     verdicts.sort(key=lambda v: v.cell.id)
     reject_same_wheel(verdicts, data)
+    reject_unsupported_host_compiler(verdicts, matrix.build.base_images, data)
     return Plan(target, verdicts)
+
+
+def reject_unsupported_host_compiler(
+    verdicts: list[Verdict], base_images: dict[str, str], data: CompatData
+) -> None:
+    """Rule `host-compiler` at plan time, for the base a CUDA cell declares: `build.base_images`, else the compat
+    table's `nvidia/cuda:<ver>-devel` image (what the generated workflows build on). Bases this machine picks
+    for itself (`local_base`, `--base-image`) are checked by the docker backend before anything compiles."""
+    for v in verdicts:
+        tk = v.cell.toolkit
+        row = data.cuda_toolkit(tk.version) if tk.kind == "cuda" else None
+        image = base_images.get(str(tk)) or (row.devel_image if row else None)
+        if not v.valid or row is None or not image:
+            continue
+        problem = host_compiler_problem(tk, image, data)
+        if problem is not None:
+            v.problems.append(problem)
+            continue
+        base_os = data.os_of_image(image)
+        if base_os is not None and row.max_gcc is not None and base_os.gcc_default > row.max_gcc:
+            pick = max(n for n in base_os.gcc if n <= row.max_gcc)
+            v.notes.append(
+                f"{image}'s g++ {base_os.gcc_default} is newer than CUDA {tk.version} accepts: the builder image "
+                f"gets g++-{pick} and builds with it"
+            )
 
 
 def reject_same_wheel(verdicts: list[Verdict], data: CompatData | None = None) -> None:

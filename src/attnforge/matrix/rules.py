@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 
 from ..builder.patches import patch_exists
 from ..kernels import features as kernel_features
-from .cell import Cell
+from .cell import Cell, Toolkit
 from .compat import CompatData, KernelRelease, arch_number, parse_version
 
 
@@ -152,7 +152,18 @@ def _torch_toolkit(v: Verdict, data: CompatData) -> None:
             t.source,
         )
         return
-    v.cell = replace(c, torch_variant="cu" + chosen.replace(".", ""))
+    variant = "cu" + chosen.replace(".", "")
+    abi = t.cxx11_abi_by_variant.get(variant)
+    if abi is not None and abi != c.cxx11_abi:
+        _fail(
+            v,
+            "torch-abi",
+            f"torch {t.family}'s {variant} wheels use cxx11abi={'TRUE' if abi else 'FALSE'} only, not "
+            f"{'TRUE' if c.cxx11_abi else 'FALSE'} (an extension must use the ABI of the torch it is built against)",
+            t.source,
+        )
+        return
+    v.cell = replace(c, torch_variant=variant)
 
 
 @rule("toolkit-arch")
@@ -355,6 +366,25 @@ def _cxx_standard(v: Verdict, data: CompatData) -> None:
 # Rules about PyPI's torch wheels, which a build against an installed torch answers by itself: that torch
 # exists, runs this Python, has this ABI and was built for this toolkit (the env backend).
 ENVIRONMENT_ANSWERS = frozenset({"torch-known", "torch-python", "torch-abi", "torch-toolkit"})
+
+
+def host_compiler_problem(toolkit: Toolkit, image: str, data: CompatData) -> Problem | None:
+    """Rule `host-compiler`: a CUDA toolkit's crt/host_config.h rejects gcc majors above its `max_gcc`, so a
+    builder base must offer a g++ at or below it. None when it does, or when the base's OS (from its tag) or
+    the toolkit's limit is unknown."""
+    row = data.cuda_toolkit(toolkit.version) if toolkit.kind == "cuda" else None
+    base_os = data.os_of_image(image)
+    if row is None or row.max_gcc is None or base_os is None:
+        return None
+    if any(n <= row.max_gcc for n in base_os.gcc):
+        return None
+    offered = ", ".join(str(n) for n in base_os.gcc)
+    return Problem(
+        "host-compiler",
+        f"CUDA {toolkit.version} accepts gcc <= {row.max_gcc} (crt/host_config.h), but its builder base {image} "
+        f"({base_os.name}) offers g++ {offered} only: pick another base with build.base_images.{toolkit}",
+        f"{row.source}; {base_os.source}",
+    )
 
 
 def check(cell: Cell, data: CompatData, answered: frozenset[str] = frozenset()) -> Verdict:

@@ -197,6 +197,7 @@ def build_manifest(cell: Cell, wheel: Path, result: dict[str, Any], job: CellJob
         "build": {
             "backend": backend,
             "image": result.get("image"),
+            "base": result.get("base"),
             "torch_build": result.get("torch_build"),
             "started": (dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=seconds)).isoformat(),
             "wall_s": round(seconds, 1),
