@@ -58,6 +58,16 @@ def _dtype(value: Any, where: str) -> str:
     return DTYPE_NAMES[name]
 
 
+def split_heads(data: Any) -> Any:
+    """A declaration's ``heads: {q: 32, kv: 8}`` as ``heads_q``/``heads_kv`` (kv defaults to q)."""
+    if isinstance(data, dict) and isinstance(data.get("heads"), dict):
+        data = dict(data)
+        heads = data.pop("heads")
+        data.setdefault("heads_q", heads.get("q"))
+        data.setdefault("heads_kv", heads.get("kv", heads.get("q")))
+    return data
+
+
 class FlexClient(BaseModel):
     """One client declaration; ``expand()`` turns it into concrete variant dicts."""
 
@@ -89,12 +99,7 @@ class FlexClient(BaseModel):
     @classmethod
     def _heads(cls, data: Any) -> Any:
         """Accept ``heads: {q: 32, kv: 8}`` as well as heads_q/heads_kv."""
-        if isinstance(data, dict) and isinstance(data.get("heads"), dict):
-            data = dict(data)
-            heads = data.pop("heads")
-            data.setdefault("heads_q", heads.get("q"))
-            data.setdefault("heads_kv", heads.get("kv", heads.get("q")))
-        return data
+        return split_heads(data)
 
     @field_validator("seq_lens", "buckets", "batches")
     @classmethod

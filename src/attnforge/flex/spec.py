@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigurationError
-from .clients import FlexClient
+from .clients import FlexClient, split_heads
 from .defaults import DEFAULT_VARIANTS
 
 __all__ = ["DEFAULT_VARIANTS", "FlexClient", "FlexSection", "FlexVariant", "load_variants", "parse_variants"]
@@ -52,12 +52,7 @@ class FlexVariant(BaseModel):
     @classmethod
     def _heads(cls, data: Any) -> Any:
         """Accept ``heads: {q: 32, kv: 8}`` as well as heads_q/heads_kv."""
-        if isinstance(data, dict) and isinstance(data.get("heads"), dict):
-            data = dict(data)
-            heads = data.pop("heads")
-            data.setdefault("heads_q", heads.get("q"))
-            data.setdefault("heads_kv", heads.get("kv", heads.get("q")))
-        return data
+        return split_heads(data)
 
     @field_validator("name")
     @classmethod
