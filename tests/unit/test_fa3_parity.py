@@ -14,7 +14,7 @@ import pytest
 from attnforge.parity import fa3cases, upstream
 from attnforge.parity.cases import ERR_FEATURE, ERR_HEAD_DIM
 from attnforge.parity.profile import WheelProfile, from_manifest, profile_tag
-from attnforge.parity.report import FAILED, PASSED
+from attnforge.parity.report import FAILED, PASSED, SKIPPED
 
 ROOT = Path(__file__).resolve().parents[2]
 INFER = frozenset({"appendkv", "local", "softcap", "packgqa", "cluster", "hdimdiff64", "hdimdiff192", "sm80"})
@@ -177,3 +177,23 @@ def _empty_tar(tmp: Path) -> Path:
     with tarfile.open(path, "w:gz"):
         pass
     return path
+
+
+def test_a_profile_no_upstream_test_fits_is_skipped_not_failed(tmp_path: Path) -> None:
+    """fa3min (head dim 64 without hdimdiff64, no varlen, no split) deselects every upstream test: the sample
+    is skipped with the reason; a run whose collection broke (no sample summary) still fails."""
+    (tmp_path / "test_flash_attn.py").write_text(STANDIN)
+    (tmp_path / "conftest.py").write_text(upstream.PLUGIN)
+    fa3min = profile(name="fa3min", head_dims=(64,), dtypes=("bf16",),
+                     disabled=INFER | {"backward", "split", "pagedkv", "varlen"})  # fmt: skip
+    summary = tmp_path / "s.json"
+    env = {**os.environ, **upstream.sample_env(fa3min, 40, 0, summary)}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "test_flash_attn.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True)  # fmt: skip
+    assert upstream.parse_output(proc.stdout)[0] == {}
+    sample = json.loads(summary.read_text())
+    assert sample["eligible"] == 0 and sample["collected"] == 17
+    skipped = upstream.no_test_ran(fa3min, sample, proc.stdout)
+    assert skipped.status == SKIPPED and "none of the 17 upstream tests fits profile 'fa3min'" in skipped.reason
+    broken = upstream.no_test_ran(fa3min, {}, "ERROR collecting test_flash_attn.py")
+    assert broken.status == FAILED and broken.reason.startswith("pytest ran no test: ERROR collecting")
