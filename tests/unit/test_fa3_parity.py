@@ -194,6 +194,8 @@ def test_a_profile_no_upstream_test_fits_is_skipped_not_failed(tmp_path: Path) -
     sample = json.loads(summary.read_text())
     assert sample["eligible"] == 0 and sample["collected"] == 17
     skipped = upstream.no_test_ran(fa3min, sample, proc.stdout)
-    assert skipped.status == SKIPPED and "none of the 17 upstream tests fits profile 'fa3min'" in skipped.reason
+    assert (
+        skipped.status == SKIPPED and "none of the 17 upstream tests fits profile 'fa3min'" in skipped.reason
+    )
     broken = upstream.no_test_ran(fa3min, {}, "ERROR collecting test_flash_attn.py")
     assert broken.status == FAILED and broken.reason.startswith("pytest ran no test: ERROR collecting")
