@@ -95,10 +95,12 @@ def test_wheel_holds_loader_artifacts_and_versions(built: dict) -> None:
 
 
 def test_installed_wheel_loads_its_precompiled_function(built: dict) -> None:
-    code = ("import attnforge_flex, json, importlib.util; fn = attnforge_flex.precompiled_function('cpu-causal-bf16'); "
+    # attnforge cannot be imported in that process (blocked in sys.modules, whatever the machine's Python has
+    # installed; no PYTHONPATH to the sources): the saved guards must name the wheel's modules
+    code = ("import sys; sys.modules['attnforge'] = None; import attnforge_flex, json; "
+            "fn = attnforge_flex.precompiled_function('cpu-causal-bf16'); "
             "print(json.dumps({'pre': fn is not None, 'from': attnforge_flex.__file__, "
-            "'attnforge': importlib.util.find_spec('attnforge') is not None}))")  # fmt: skip
-    # no attnforge in that process (no PYTHONPATH to the sources): the saved guards must name the wheel's modules
+            "'attnforge': any(m == 'attnforge' or m.startswith('attnforge.') for m, v in sys.modules.items() if v)}))")  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["TORCHINDUCTOR_CACHE_DIR"] = str(built["root"] / "cache-pre")
     p = subprocess.run([str(built["venv"]), "-c", code], capture_output=True, text=True, timeout=600, env=env)
