@@ -92,6 +92,8 @@ def compile_wheel(spec: BuildSpec, rep: Reporter, result: dict[str, Any], vpy: s
     }
     ev = parser.sources_event or {}
     total = parser.units_total if parser.units_total is not None else count_ninja_units(tree, py_tag)
+    if total is None and spec.pure_python:
+        total = 0  # nothing to compile: no ninja file to count
     compiled_now = len(parser.finished)
     result.update(units_total=total, units_compiled=compiled_now, units_prebuilt=len(ev.get("prebuilt", [])),
                   units_reused=(total - compiled_now) if total is not None and rc == 0 else None)  # fmt: skip

@@ -41,7 +41,10 @@ try:
     out["torch"] = torch.__version__
     reqs = [r for r in (metadata.requires(DIST) or []) if r.replace(" ", "").lower().startswith("torch")]
     out["torch_requirement"] = reqs[0] if reqs else None
-    flash_attn_func = importlib.import_module(API).flash_attn_func
+    api = importlib.import_module(API)
+    flash_attn_func = getattr(api, "flash_attn_func", None)
+    if flash_attn_func is None:  # say which file was imported, as `from API import flash_attn_func` would
+        raise ImportError("cannot import name 'flash_attn_func' from %r (%s)" % (API, api.__file__))
     out["flash_attn"] = metadata.version(DIST)
 except Exception as exc:
     out["error"] = "import: %s: %s" % (type(exc).__name__, exc)
