@@ -17,6 +17,8 @@ nox.options.sessions = ["tests"]  # it lints first
 PYTHON = "3.11"
 # The slow real builds CI runs (test id substrings); ATTNFORGE_RUN_ALL_SLOW=1 runs every slow test.
 # CI has 2 cores, 24 GiB and 90 minutes for `.ci/run`; the suite must stay well under that (goal: 45 min).
+# Measured 2026-11-24: `CI=true bash .ci/run` on a clean clone of this 2-core machine, about 40 min (pytest
+# 36 min, of which test_build_default about 15 with its two builds and a CUDA torch install).
 # In CI: the README's main job itself, so a change that breaks it cannot land. Left out, each recorded
 # instead: the images end-to-end build (test_images_build, ~10 min) and the multi-torch/Python lane builds
 # (benchmarks/results/matrix_cost.json). Also left out: tests/integration/test_build_cu124.py (the CUDA 12.4 lane
