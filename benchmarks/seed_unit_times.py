@@ -1,17 +1,24 @@
-"""Merge a machine's measured unit times (`<cache>/unit_times.json`, written by every build) into the packaged
-seed (`src/attnforge/data/unit_times.json`), as that machine's rows; rows of the same key and machine are
-replaced, other machines' rows kept.
+"""Merge a machine's measured unit times into the packaged seed (`src/attnforge/data/unit_times.json`), as
+that machine's rows; rows of the same key and machine are replaced, other machines' rows kept. The times
+come from the machine's table (`<cache>/unit_times.json`, written by every build) or from one wheel's
+manifest (`build.unit_times`, what comes back from a GPU hold).
 
-    python benchmarks/seed_unit_times.py --table /tmp/i18/unit_times-after-full.json --machine h100-16c \
-        --source "H100 full profile, MAX_JOBS=16, 2026-11-24 (benchmarks/h100_issue18.sh hold-b)"
+    python benchmarks/seed_unit_times.py --machine h100-16c-s8 --source "H100 full profile, session 8" \
+        --manifest reports/gpu/run-h100-s8/flash_attn-2.8.3+cu130torch2.11cxx11abiTRUE-...whl.manifest.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from attnforge.engine.unittimes import MIN_REAL_RSS_GB, flags_of, unit_key
+from attnforge.parity.profile import disabled_from_flags
 
 SEED = Path(__file__).resolve().parents[1] / "src" / "attnforge" / "data" / "unit_times.json"
 
@@ -27,6 +34,20 @@ def rows_from_table(table: dict[str, Any], machine: str, source: str) -> list[di
     return rows
 
 
+def table_from_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A measured table (``units`` by key) from one build's manifest; ccache hits left out."""
+    inputs, times = manifest["inputs"], manifest["build"].get("unit_times") or {}
+    if not times:
+        raise SystemExit("the manifest has no build.unit_times: nothing was compiled, or it predates them")
+    flags = flags_of(disabled_from_flags(list(inputs.get("profile_flags") or [])))
+    key = (manifest["kernel"], manifest["kernel_version"], inputs["toolkit"])
+    return {"units": {
+        unit_key(*key, unit, len(inputs["arches"]), flags): {"s": round(float(t["s"]), 1), "runs": [round(float(t["s"]), 1)],
+                                                             "peak_rss_gb": t.get("peak_rss_gb")}
+        for unit, t in times.items() if float(t.get("peak_rss_gb") or 0) >= MIN_REAL_RSS_GB
+    }}  # fmt: skip
+
+
 def write_seed(seed: dict[str, Any], path: Path) -> None:
     """One row per line, like the packaged file."""
     head = [f" {json.dumps(k)}: {json.dumps(seed[k])}," for k in seed if k != "units"]
@@ -36,13 +57,21 @@ def write_seed(seed: dict[str, Any], path: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--table", type=Path, required=True, help="a machine's unit_times.json")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--table", type=Path, help="a machine's unit_times.json")
+    src.add_argument("--manifest", type=Path, help="a wheel's manifest (its build.unit_times)")
     ap.add_argument("--machine", required=True, help="the machine's name in the seed (h100-16c, dev-2c)")
     ap.add_argument("--source", required=True, help="what was built, where and when")
     ap.add_argument("--seed", type=Path, default=SEED)
     args = ap.parse_args()
     seed = json.loads(args.seed.read_text(encoding="utf-8"))
-    new = rows_from_table(json.loads(args.table.read_text(encoding="utf-8")), args.machine, args.source)
+    if args.machine not in seed.get("machines", {}):
+        raise SystemExit(f"--machine {args.machine!r}: describe it in the seed's machines first")
+    if args.manifest:
+        table = table_from_manifest(json.loads(args.manifest.read_text(encoding="utf-8")))
+    else:
+        table = json.loads(args.table.read_text(encoding="utf-8"))
+    new = rows_from_table(table, args.machine, args.source)
     keys = {
         (r["machine"], r["kernel"], r["version"], r["toolkit"], r["unit"], r["arches"], r["flags"])
         for r in new

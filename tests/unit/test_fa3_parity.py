@@ -147,6 +147,24 @@ def test_the_sampling_plugin_keeps_what_the_profile_can_run(tmp_path: Path) -> N
     assert cut[-1].status == PASSED and cut[-1].reason == "time budget reached: 7 of the sample ran"
 
 
+def test_a_combine_of_one_split_is_never_sampled(tmp_path: Path) -> None:
+    (tmp_path / "test_flash_attn.py").write_text(
+        "import pytest\n\n@pytest.mark.parametrize('num_splits', [1, 2, 3])\n"
+        "def test_flash_attn_combine(num_splits):\n    pass\n"
+    )
+    (tmp_path / "conftest.py").write_text(upstream.PLUGIN)
+    summary = tmp_path / "sample.json"
+    env = {**os.environ, **upstream.sample_env(profile(), 50, 0, summary)}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "test_flash_attn.py"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True).stdout  # fmt: skip
+    outcomes, reasons = upstream.parse_output(out)
+    assert sorted(outcomes) == [f"test_flash_attn.py::test_flash_attn_combine[{n}]" for n in (2, 3)]
+    sample = json.loads(summary.read_text())
+    named = upstream.to_results(outcomes, reasons, sample, 0, timed_out=False)[-1].kernel
+    assert "sampled 2 of 2 eligible (3 collected)" in named
+    assert "never sampled: test_flash_attn_combine[num_splits=1] (the combine kernel called directly" in named
+
+
 def test_the_sample_is_a_fixed_seed_subset(tmp_path: Path) -> None:
     (tmp_path / "test_flash_attn.py").write_text(STANDIN)
     (tmp_path / "conftest.py").write_text(upstream.PLUGIN)

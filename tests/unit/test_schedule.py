@@ -47,6 +47,19 @@ def test_estimates_exact_then_relatives_then_kind(tmp_path: Path) -> None:
     assert table.estimate(*FA, "flash_bwd_hdim64_fp16_sm80", 1, "-").source.startswith("default")
 
 
+def test_an_unmeasured_head_dim_takes_the_nearest_of_its_kind_and_causality() -> None:
+    causal = SPLIT.replace("_sm80", "_causal_sm80")
+    rows = [("big", SPLIT, 400.0, "-"), ("big", causal, 200.0, "-"),
+            ("big", SPLIT.replace("128", "64"), 300.0, "-")]  # fmt: skip
+    table = UnitTimeTable(None, seed(rows))
+    wide = table.estimate(*FA, SPLIT.replace("128", "256"), 1, "-")
+    assert wide.s == 400.0 and "head dim 128" in wide.source
+    assert table.estimate(*FA, causal.replace("128", "192"), 1, "-").s == 200.0
+    assert table.estimate(*FA, SPLIT.replace("128", "32"), 1, "-").s == 300.0  # 64 is nearer than 128
+    narrow = table.estimate(*FA, SPLIT.replace("hdim128_bf16", "hdim32_fp16"), 1, "-")
+    assert narrow.s == 300.0 and "other dtype" in narrow.source and "head dim 64" in narrow.source
+
+
 def test_measured_rows_win_and_scale_the_seed(tmp_path: Path) -> None:
     path = tmp_path / "unit_times.json"
     table = UnitTimeTable(path, seed([("big", SPLIT, 400.0, "-"), ("big", "flash_api", 80.0, "-")]))

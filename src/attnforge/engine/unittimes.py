@@ -6,9 +6,9 @@ number of arches and the profile's feature flags (`kernel/version/toolkit/unit/a
 are seconds of one compile job (one core) on the machine that measured them. The seed's rows are
 converted to its reference machine through the units both machines measured; this machine's rows are
 used as they are, and the seed is scaled by the median ratio of the units both know (`factor`). A unit
-nobody measured is estimated from related rows (other dtype, kernel release, toolkit, arch count or
-flags), then from the median of its kind. Estimates order units (longest first), size jobs, drive the
-progress view's ETA and `plan --cost`.
+nobody measured is estimated from related rows (other dtype, the nearest head dim of the same kind and
+causality, kernel release, toolkit, arch count or flags), then from the median of its kind. Estimates
+order units (longest first), size jobs, drive the progress view's ETA and `plan --cost`.
 """
 
 from __future__ import annotations
@@ -76,6 +76,12 @@ def _factor(num: dict[str, float], den: dict[str, float]) -> float | None:
     return statistics.median(ratios) if ratios else None
 
 
+def _hdim_distance(unit: str, key: str) -> int:
+    """How far the head dim of ``key``'s unit is from ``unit``'s (0 when either has none)."""
+    m, m2 = KERNEL_UNIT_RE.match(unit), KERNEL_UNIT_RE.match(_split(key)[3])
+    return abs(int(m["hdim"]) - int(m2["hdim"])) if m and m2 else 0
+
+
 class UnitTimeTable:
     """The seed plus this machine's measured rows; `estimate` answers for any unit."""
 
@@ -135,19 +141,21 @@ class UnitTimeTable:
         """Keys whose times stand in for ``key``, with the scale to apply and how each one differs."""
         kernel, version, toolkit, unit, arches, flags = _split(key)
         known = set(self.measured) | set(self.seed)
-        units = [unit]
         m = KERNEL_UNIT_RE.match(unit)
-        if m:
-            other = "bf16" if m.group("dtype") == "fp16" else "fp16"
-            units.append(unit.replace(f"_{m.group('dtype')}", f"_{other}", 1))
         for cand in sorted(known):
             k2, v2, t2, u2, a2, f2 = _split(cand)
-            if k2 != kernel or u2 not in units or cand == key:
+            if k2 != kernel or cand == key:
                 continue
-            scale = arches / a2
             why = []
             if u2 != unit:
-                why.append("other dtype")
+                m2 = KERNEL_UNIT_RE.match(u2)
+                if not m or not m2 or (m2["kind"], m2["causal"]) != (m["kind"], m["causal"]):
+                    continue
+                if m2["dtype"] != m["dtype"]:
+                    why.append("other dtype")
+                if m2["hdim"] != m["hdim"]:  # the nearest measured head dim stands in, unscaled
+                    why.append(f"head dim {m2['hdim']}")
+            scale = arches / a2
             if (v2, t2) != (version, toolkit):
                 why.append(f"{v2}/{t2}")
             if a2 != arches:
@@ -167,12 +175,13 @@ class UnitTimeTable:
         exact = self._exact(key, factor)
         if exact:
             return exact
-        best: tuple[int, Estimate] | None = None
+        best: tuple[tuple[int, int], Estimate] | None = None
         for cand, scale, why in self._relatives(key):
             est = self._exact(cand, factor)
             if est is None:
                 continue
-            rank = len(why) + sum("scaled" in w for w in why)  # fewer and unscaled differences first
+            # fewer and unscaled differences first, then the nearest head dim
+            rank = (len(why) + sum("scaled" in w for w in why), _hdim_distance(unit, cand))
             if best is None or rank < best[0]:
                 best = (rank, Estimate(est.s * scale, est.peak_rss_gb, f"from {cand} ({', '.join(why)})"))
         if best:
