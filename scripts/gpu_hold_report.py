@@ -1,11 +1,11 @@
 """Helpers of scripts/gpu-hold.sh that need attnforge or JSON (run on the GPU machine).
 
-    python3 scripts/gpu_hold_report.py key PYTHON PROFILE
-        the kernel-set key of the env cell `attnforge build --python PYTHON --profile PROFILE --arch sm_90`
-        makes (where carried kernel objects must be unpacked to be found)
-    python3 scripts/gpu_hold_report.py cross-torch MANIFEST OBJECTS_MANIFEST PARITY_RC
-        reports/gpu/cross_torch.json: the wheel, the torch it was bound against, what compiled and what was
-        reused, which machine and torch the reused objects came from, the parity verdict
+python3 scripts/gpu_hold_report.py key PYTHON PROFILE
+    the kernel-set key of the env cell `attnforge build --python PYTHON --profile PROFILE --arch sm_90`
+    makes (where carried kernel objects must be unpacked to be found)
+python3 scripts/gpu_hold_report.py cross-torch MANIFEST OBJECTS_MANIFEST PARITY_RC
+    reports/gpu/cross_torch.json: the wheel, the torch it was bound against, what compiled and what was
+    reused, which machine and torch the reused objects came from, the parity verdict
 """
 
 from __future__ import annotations
