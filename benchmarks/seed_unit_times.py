@@ -12,12 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from attnforge.engine.unittimes import MIN_REAL_RSS_GB, flags_of, unit_key
+from attnforge.engine.unittimes import UnitTimeTable, flags_of
 from attnforge.parity.profile import disabled_from_flags
 
 SEED = Path(__file__).resolve().parents[1] / "src" / "attnforge" / "data" / "unit_times.json"
@@ -35,17 +36,17 @@ def rows_from_table(table: dict[str, Any], machine: str, source: str) -> list[di
 
 
 def table_from_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
-    """A measured table (``units`` by key) from one build's manifest; ccache hits left out."""
+    """A measured table (``units`` by key) from one build's manifest, recorded the way a build records its own
+    (`UnitTimeTable.record`: same key, ccache hits left out)."""
     inputs, times = manifest["inputs"], manifest["build"].get("unit_times") or {}
     if not times:
         raise SystemExit("the manifest has no build.unit_times: nothing was compiled, or it predates them")
     flags = flags_of(disabled_from_flags(list(inputs.get("profile_flags") or [])))
-    key = (manifest["kernel"], manifest["kernel_version"], inputs["toolkit"])
-    return {"units": {
-        unit_key(*key, unit, len(inputs["arches"]), flags): {"s": round(float(t["s"]), 1), "runs": [round(float(t["s"]), 1)],
-                                                             "peak_rss_gb": t.get("peak_rss_gb")}
-        for unit, t in times.items() if float(t.get("peak_rss_gb") or 0) >= MIN_REAL_RSS_GB
-    }}  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        table = UnitTimeTable(Path(tmp) / "unit_times.json")
+        table.record(manifest["kernel"], manifest["kernel_version"], inputs["toolkit"], len(inputs["arches"]),
+                     flags, times, "manifest")  # fmt: skip
+        return {"units": table.measured}
 
 
 def write_seed(seed: dict[str, Any], path: Path) -> None:
