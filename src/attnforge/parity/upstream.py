@@ -34,15 +34,18 @@ TESTS = (
     "test_flash_attn_kvcache",
     "test_flash_attn_combine",
 )
-# Left out of every sample, with the reason the report carries.
-EXCLUDED = {
-    "test_flash_attn_combine[num_splits=1]": (
-        "the combine kernel called directly with one split: FA3's interface never combines a single split "
-        "(flash_attn_with_kvcache with num_splits=1 matched num_splits=3 to 1e-3 on the H100), and on the "
+# Left out of every sample (the plugin drops an item whose test and parameters match), with the reason the
+# report carries.
+EXCLUDED = (
+    {
+        "test": "test_flash_attn_combine",
+        "params": {"num_splits": 1},
+        "reason": "the combine kernel called directly with one split: FA3's interface never combines a single "
+        "split (flash_attn_with_kvcache with num_splits=1 matched num_splits=3 to 1e-3 on the H100), and on the "
         "fa3hd64128 wheel (2026-11-24) this direct call returned an LSE unlike the reference for every dtype "
-        "and head dim tried, while num_splits 2, 3 and 5 passed; not known whether upstream's full build does too"
-    ),
-}
+        "and head dim tried, while num_splits 2, 3 and 5 passed; not known whether upstream's full build does too",
+    },
+)
 _LINE = re.compile(r"^(\S+\.py::\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b")
 _SHORT = re.compile(r"^(FAILED|ERROR) (\S+\.py::\S+)(?: - (.*))?$")
 
@@ -54,9 +57,11 @@ def _eligible(item, spec):
     if name not in spec["tests"]:
         return False
     params = getattr(getattr(item, "callspec", None), "params", {})
+    if any(x["test"] == name and all(params.get(k) == v for k, v in x["params"].items()) for x in spec["excluded"]):
+        return False
     d, built = params.get("d"), spec["head_dims"]
-    if name == "test_flash_attn_combine":  # one split: see EXCLUDED
-        return "split" not in spec["disabled"] and params.get("num_splits") != 1
+    if name == "test_flash_attn_combine":
+        return "split" not in spec["disabled"]
     if "varlen" in spec["disabled"] and name in ("test_flash_attn_varlen_output", "test_flash_attn_kvcache"):
         return False
     if d is None:
@@ -134,6 +139,11 @@ def parse_output(text: str) -> tuple[dict[str, str], dict[str, str]]:
     return outcomes, reasons
 
 
+def excluded_name(x: dict[str, Any]) -> str:
+    """``test[param=value,...]``: how the report names an ``EXCLUDED`` entry."""
+    return f"{x['test']}[{','.join(f'{k}={v}' for k, v in x['params'].items())}]"
+
+
 def to_results(outcomes: dict[str, str], reasons: dict[str, str], summary: dict[str, Any], seed: int,
                timed_out: bool) -> list[Result]:  # fmt: skip
     """One result per sampled test and one naming the sample: failed when a test failed or none ran; a run cut
@@ -146,7 +156,7 @@ def to_results(outcomes: dict[str, str], reasons: dict[str, str], summary: dict[
     bad = sum(1 for r in out if r.status == FAILED)
     name = (f"upstream hopper/test_flash_attn.py: sampled {summary.get('sampled', 0)} of "
             f"{summary.get('eligible', 0)} eligible ({summary.get('collected', 0)} collected) tests, seed {seed}"
-            + "".join(f"; never sampled: {k} ({v})" for k, v in (summary.get("excluded") or {}).items()))  # fmt: skip
+            + "".join(f"; never sampled: {excluded_name(x)} ({x['reason']})" for x in summary.get("excluded") or []))  # fmt: skip
     why = "" if bad == 0 and ran else (f"{bad} failed" if bad else "no sampled test ran")
     status = PASSED if not why else FAILED
     if timed_out:
