@@ -76,12 +76,6 @@ def _factor(num: dict[str, float], den: dict[str, float]) -> float | None:
     return statistics.median(ratios) if ratios else None
 
 
-def _hdim_distance(unit: str, key: str) -> int:
-    """How far the head dim of ``key``'s unit is from ``unit``'s (0 when either has none)."""
-    m, m2 = KERNEL_UNIT_RE.match(unit), KERNEL_UNIT_RE.match(_split(key)[3])
-    return abs(int(m["hdim"]) - int(m2["hdim"])) if m and m2 else 0
-
-
 class UnitTimeTable:
     """The seed plus this machine's measured rows; `estimate` answers for any unit."""
 
@@ -137,8 +131,9 @@ class UnitTimeTable:
                 f"; x{factor:.2f} for this machine" if factor != 1.0 else ""))  # fmt: skip
         return None
 
-    def _relatives(self, key: str) -> Iterator[tuple[str, float, list[str]]]:
-        """Keys whose times stand in for ``key``, with the scale to apply and how each one differs."""
+    def _relatives(self, key: str) -> Iterator[tuple[str, float, list[str], int]]:
+        """Keys whose times stand in for ``key``, with the scale to apply, how each one differs and how far
+        its head dim is from ``key``'s."""
         kernel, version, toolkit, unit, arches, flags = _split(key)
         known = set(self.measured) | set(self.seed)
         m = KERNEL_UNIT_RE.match(unit)
@@ -146,7 +141,7 @@ class UnitTimeTable:
             k2, v2, t2, u2, a2, f2 = _split(cand)
             if k2 != kernel or cand == key:
                 continue
-            why = []
+            why, hdim_gap = [], 0
             if u2 != unit:
                 m2 = KERNEL_UNIT_RE.match(u2)
                 if not m or not m2 or (m2["kind"], m2["causal"]) != (m["kind"], m["causal"]):
@@ -155,6 +150,7 @@ class UnitTimeTable:
                     why.append("other dtype")
                 if m2["hdim"] != m["hdim"]:  # the nearest measured head dim stands in, unscaled
                     why.append(f"head dim {m2['hdim']}")
+                    hdim_gap = abs(int(m2["hdim"]) - int(m["hdim"]))
             scale = arches / a2
             if (v2, t2) != (version, toolkit):
                 why.append(f"{v2}/{t2}")
@@ -164,7 +160,7 @@ class UnitTimeTable:
                 if unit_kind(unit) != "binding":
                     scale *= flags_scale(flags) / flags_scale(f2)
                 why.append(f"flags {f2}" + (" scaled" if unit_kind(unit) != "binding" else ""))
-            yield cand, scale, why
+            yield cand, scale, why, hdim_gap
 
     def estimate(
         self, kernel: str, version: str, toolkit: str, unit: str, arches: int, flags: str
@@ -176,12 +172,12 @@ class UnitTimeTable:
         if exact:
             return exact
         best: tuple[tuple[int, int], Estimate] | None = None
-        for cand, scale, why in self._relatives(key):
+        for cand, scale, why, hdim_gap in self._relatives(key):
             est = self._exact(cand, factor)
             if est is None:
                 continue
             # fewer and unscaled differences first, then the nearest head dim
-            rank = (len(why) + sum("scaled" in w for w in why), _hdim_distance(unit, cand))
+            rank = (len(why) + sum("scaled" in w for w in why), hdim_gap)
             if best is None or rank < best[0]:
                 best = (rank, Estimate(est.s * scale, est.peak_rss_gb, f"from {cand} ({', '.join(why)})"))
         if best:
