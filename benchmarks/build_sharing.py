@@ -147,8 +147,8 @@ def summarise(results: dict[str, Any], args: argparse.Namespace) -> None:
         "arch": args.arch,
         "toolkit": args.toolkit,
         "machine": f"{os.cpu_count()} cores; load averages per phase in sharing_runs",
-        "what": "attnforge build --backend local from cold kernel objects, ccache off, torch venvs made before",
-        "commands": sorted({run["command"] for run in runs.values() if "command" in run}),
+        "what": "attnforge build --backend local from cold kernel objects, ccache off, torch venvs made before; "
+        "each phase's command in sharing_runs",
     }
     args.out.write_text(json.dumps(results, indent=1) + "\n")
 
@@ -186,6 +186,7 @@ def main() -> int:
     make_venvs(work, cache, phases)
     results: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}
     runs = results.setdefault("sharing_runs", {})
+    command = "python benchmarks/build_sharing.py " + " ".join(sys.argv[1:])  # kept with each phase it ran
     for phase in phases:
         before = load_avg()
         print(f"{phase}: building (load {before})", flush=True)
@@ -194,7 +195,7 @@ def main() -> int:
             load_before=before,
             load_after=load_avg(),
             date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            command="python benchmarks/build_sharing.py " + " ".join(sys.argv[1:]),
+            command=command,
         )
         runs[phase] = res
         print(f"{phase}: {res['wall_s']} s", flush=True)
