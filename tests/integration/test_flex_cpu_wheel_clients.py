@@ -53,7 +53,7 @@ torch.manual_seed(0)
 cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=256)
 llama = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
-for s in (20, 32, 40):  # padded into the 32 bucket, the bucket itself, undeclared
+for s in (20, 32, 48):  # padded into the 32 bucket, the bucket itself, undeclared
     ids = torch.randint(0, 128, (2, s), generator=torch.Generator().manual_seed(s))
     with torch.no_grad():
         llama.set_attn_implementation("eager")
@@ -130,8 +130,10 @@ def test_clients_run_the_packages_at_declared_shapes_and_compile_the_rest(venv: 
     # two layers per forward; the 20- and 32-token calls both ran the 32-token package
     assert runs["llama-s20"]["stats"] == {"aoti": 2, "variants": {"llama-b2-s32": 2}}
     assert runs["llama-s32"]["stats"] == {"aoti": 4, "variants": {"llama-b2-s32": 4}}
-    assert runs["llama-s40"]["stats"] == {"aoti": 4, "not served": 2, "variants": {"llama-b2-s32": 4}}
-    assert r["logs"] == ["attnforge_flex: transformers: B2 S40 H4/2 D16 bf16 cpu causal fwd not served (length 40 "
+    # the undeclared length is 48, not 40: torch 2.13's compiled CPU FlexAttention is wrong (NaN) at 40 tokens
+    # with head dim 16 on AVX2 (tests/drift/test_flex_cpu_upstream.py), whoever calls it
+    assert runs["llama-s48"]["stats"] == {"aoti": 4, "not served": 2, "variants": {"llama-b2-s32": 4}}
+    assert r["logs"] == ["attnforge_flex: transformers: B2 S48 H4/2 D16 bf16 cpu causal fwd not served (length 48 "
                          "is outside the declared lengths (1-32)); compiling as usual"]  # fmt: skip
     assert runs["flux-s48"]["stats"] == {"aoti": 2, "variants": {"flux-b1-s48": 2}}
     for name, run in runs.items():  # every path, served or compiled, gives the client's eager output
