@@ -180,6 +180,7 @@ def _run(fa: Any, c: Case, device: str, seed: int) -> list[Result]:
         out = res[0] if c.dropout > 0 else res
         leaves = [q, k, v]
         if c.alibi:
+            assert inp.slopes is not None  # an alibi case always has slopes
             bias_kw["bias"] = R.alibi_bias(inp.slopes, c.sq, c.sk, c.causal)
         if c.dropout > 0:
             s_dmask = res[2][:, :, : c.sq, : c.sk]

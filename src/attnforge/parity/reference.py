@@ -33,7 +33,8 @@ def local_mask(
     sq: Any = seqlen_q if q_lens is None else q_lens.view(-1, 1, 1, 1)
     left, right = window
     if left < 0:
-        return col > row + sk - sq + right
+        beyond: Tensor = col > row + sk - sq + right
+        return beyond
     sk_t = torch.full_like(col, seqlen_k) if k_lens is None else sk
     upper = row + sk - sq + right if right >= 0 else row + sk - sq + seqlen_k
     return torch.logical_or(col > torch.minimum(upper, sk_t), col < row + sk - sq - left)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 # guard kinds that hold object identities or dict versions of the building process: never serializable
 _PROCESS_LOCAL = ("ID_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE", "DICT_VERSION")
@@ -118,7 +118,7 @@ def compile_and_save(
         compiled = torch.compile(
             attend, fullgraph=True, dynamic=dynamic, options={"guard_filter_fn": guard_filter}
         )
-    fn = compiled.aot_compile((example, {}))
+    fn = cast(Any, compiled).aot_compile((example, {}))  # torch >= 2.10; `supported()` checked that
     fn.save_compiled_function(str(out))
     return _Checked(fn)
 
