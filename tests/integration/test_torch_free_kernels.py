@@ -93,7 +93,9 @@ def test_binding_checks_the_philox_layout_of_its_torch(tree: Path, tmp_path: Pat
         "  union Payload { uint64_t val; int64_t* ptr; };\n  Payload seed_{}; Payload offset_{};\n"
         "  uint32_t offset_intragraph_ = 0; uint32_t generation_ = 0; bool captured_ = false; }; }\n"
     )
-    (fake / "ATen/cuda/CUDAGeneratorImpl.h").write_text("#pragma once\n#include <ATen/cuda/PhiloxCudaState.h>\n")
+    (fake / "ATen/cuda/CUDAGeneratorImpl.h").write_text(
+        "#pragma once\n#include <ATen/cuda/PhiloxCudaState.h>\n"
+    )
     (fake / "ATen/cuda/detail/UnpackRaw.cuh").write_text(
         "namespace at::cuda::philox { inline std::tuple<uint64_t, uint64_t> unpack(at::PhiloxCudaState s) "
         "{ return {s.seed_.val, s.offset_.val}; } }\n"
