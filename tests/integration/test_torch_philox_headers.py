@@ -109,10 +109,11 @@ def compile_probe(include: Path, tmp: Path, std: int = 17) -> subprocess.Complet
     return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300)
 
 
-def test_the_matrix_names_torch_2_5_to_2_14() -> None:
+def test_every_release_of_torch_2_5_to_2_14_is_checked() -> None:
+    """The release target names torch 2.5-2.14; each family counts from X.Y.0 (wheels pin torch==X.Y.*)."""
     releases = matrix_torch_releases()
-    assert releases[0] == "2.5.0" and releases[-1] == "2.14.1", releases
-    assert {".".join(r.split(".")[:2]) for r in releases} == {f"2.{m}" for m in range(5, 15)}
+    assert {"2.5.0", "2.5.1", "2.9.0", "2.9.1", "2.10.0", "2.14.0", "2.14.1"} <= set(releases), releases
+    assert {".".join(r.split(".")[:2]) for r in releases} >= {f"2.{m}" for m in range(5, 15)}
 
 
 @pytest.mark.parametrize("version", matrix_torch_releases())
