@@ -1,5 +1,5 @@
 """The torch-free-kernels patch on the real flash-attn 2.8.3 sdist: its kernel units preprocess with no torch
-on the include path, and the binding's layout check compiles against a real torch and fails against a
+on the include path, and the binding's Philox conversion compiles against a real torch and fails against a
 torch whose Philox state changed (nvcc and g++ from this machine; torch headers from the test venv)."""
 
 from __future__ import annotations
@@ -83,14 +83,18 @@ def _compile_bridge(tree: Path, include: list[Path], tmp: Path) -> subprocess.Co
 def test_binding_checks_the_philox_layout_of_its_torch(tree: Path, tmp_path: Path) -> None:
     ok = _compile_bridge(tree, [torch_include()], tmp_path)
     assert ok.returncode == 0, ok.stderr[-3000:]
-    # a torch whose PhiloxCudaState grew a member (same size after padding) fails the build with the reason
+    # a torch whose PhiloxCudaState grew a member (same size after padding) fails the build with the reason;
+    # tests/integration/test_torch_philox_headers.py checks the layouts of the real torch releases
     fake = tmp_path / "fake"
     (fake / "ATen/cuda/detail").mkdir(parents=True)
     (fake / "c10/util").mkdir(parents=True)
-    (fake / "ATen/cuda/CUDAGeneratorImpl.h").write_text(
+    (fake / "ATen/cuda/PhiloxCudaState.h").write_text(
         "#pragma once\n#include <cstdint>\nnamespace at { struct PhiloxCudaState {\n"
         "  union Payload { uint64_t val; int64_t* ptr; };\n  Payload seed_{}; Payload offset_{};\n"
-        "  uint64_t offset_intragraph_ = 0; uint32_t generation_ = 0; bool captured_ = false; }; }\n"
+        "  uint32_t offset_intragraph_ = 0; uint32_t generation_ = 0; bool captured_ = false; }; }\n"
+    )
+    (fake / "ATen/cuda/CUDAGeneratorImpl.h").write_text(
+        "#pragma once\n#include <ATen/cuda/PhiloxCudaState.h>\n"
     )
     (fake / "ATen/cuda/detail/UnpackRaw.cuh").write_text(
         "namespace at::cuda::philox { inline std::tuple<uint64_t, uint64_t> unpack(at::PhiloxCudaState s) "
@@ -107,4 +111,5 @@ def test_patch_files_are_what_the_key_reads() -> None:
 
     assert torch_free(["torch-free-kernels"]) and not torch_free(["cxx20", "cxx20-binding"])
     assert patch_scope("cxx20-binding") == "binding" and patch_scope("cxx20") == "kernels"
-    assert (PATCHES_DIR / "attnforge_torch_free.h").is_file()
+    for header in ("attnforge_philox.h", "attnforge_torch_free.h", "attnforge_philox_torch.h"):
+        assert (PATCHES_DIR / header).is_file()

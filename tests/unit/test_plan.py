@@ -161,3 +161,34 @@ def test_a_pure_python_wheel_declared_for_two_pythons_is_one_cell() -> None:
     assert dup.reasons() == [
         f"[same-wheel] builds the same file as {kept.id} ({kept.wheel_name}); declare one Python for this profile"
     ]
+
+
+def test_plan_says_which_cells_share_kernel_objects_and_why() -> None:
+    """A CUDA 12.8 lane over torch 2.8 (uint32_t offset_intragraph_) and 2.10 (uint64_t): one kernel set, the
+    binding converting each torch's Philox state; a torch that includes torch in its kernels is one set per torch."""
+    from attnforge.matrix.compat import load_compat
+
+    p = plan(
+        "    matrix: {toolkit: [cuda12.8], torch: ['2.8', '2.10'], python: ['3.11', '3.12'], arch: [sm_90]}",
+        load_compat(),
+    )
+    [shared] = p.shared_kernels()
+    assert len(shared.cells) == 4
+    assert shared.why == (
+        "kernel units without torch (patch 'torch-free-kernels'), shared by torch 2.8-2.10 x Python 3.11-3.12; "
+        "the binding converts each torch's Philox state to the kernels' own (offset_intragraph_: uint32_t in "
+        "2.8, uint64_t in 2.10)"
+    )
+    assert p.to_json()["kernel_sets"] == [shared.to_json()]
+    notes = {v.cell.torch: v.notes for v in p.verdicts}
+    assert any("torch 2.8's Philox state (uint32_t offset_intragraph_)" in n for n in notes["2.8.0"])
+    assert any("torch 2.10's Philox state (uint64_t offset_intragraph_)" in n for n in notes["2.10.0"])
+    old = plan_target(
+        parse_matrix(MATRIX.replace('version: "2.8.3"', 'version: "2.7.4.post1"').format(
+            sha=SHA, body="    matrix: {toolkit: [cuda12.6], torch: ['2.6', '2.7'], python: ['3.12'], arch: [sm_90]}")),
+        "t", load_compat(),
+    )  # fmt: skip
+    assert sorted(k.why for k in old.shared_kernels()) == [
+        "kernel units include torch 2.6: shared by its Pythons (3.12) only",
+        "kernel units include torch 2.7: shared by its Pythons (3.12) only",
+    ]

@@ -12,7 +12,7 @@ from rich.table import Table
 from ..engine.cost import PlanCost, plan_cost
 from ..engine.resources import detect_machine
 from ..engine.unittimes import UnitTimeTable
-from ..matrix.plan import Plan
+from ..matrix.plan import Plan, span
 from ..project import Project
 
 
@@ -44,15 +44,16 @@ def render_table(plan: Plan, console: Console, show_invalid: bool = True) -> Non
         f"{s['cells']} cells: {s['valid']} valid, {s['invalid']} invalid; {s['wheels']} wheels: {per_kernel}"
         f"{served}; {s['kernel_sets']} distinct kernel-sets; variants: {', '.join(s['variants']) or '-'}"
     )
+    sets = plan.shared_kernels()
+    if sets:
+        console.print("kernel sets (the cells of one link the same compiled kernel objects):")
+    for k in sets:
+        c = k.cells[0]
+        lane = f"{c.toolkit} abi{int(c.cxx11_abi)} {','.join(a.replace('sm_', '') for a in c.arches)} {c.profile}"
+        console.print(f"  {k.key} {lane}: {len(k.cells)} cell(s); {escape(k.why)}", highlight=False)
     if show_invalid:
         for v in plan.invalid:
             console.print(f"[red]invalid[/] {v.cell.id}: {escape('; '.join(v.reasons()))}", highlight=False)
-
-
-def _span(versions: set[str]) -> str:
-    """{"2.6", "2.7", "2.14"} -> "2.6-2.14" (one version as it is)."""
-    ordered = sorted(versions, key=lambda v: tuple(int(x) for x in v.split(".")))
-    return ordered[0] if len(ordered) == 1 else f"{ordered[0]}-{ordered[-1]}"
 
 
 def render_cost(cost: PlanCost, console: Console) -> None:
@@ -75,7 +76,7 @@ def render_cost(cost: PlanCost, console: Console) -> None:
         c = s.cells[0]
         table.add_row(
             s.key, str(c.toolkit), ",".join(a.replace("sm_", "") for a in c.arches), c.profile,
-            "1" if c.cxx11_abi else "0", _span({x.torch_family for x in s.cells}), _span({x.python for x in s.cells}),
+            "1" if c.cxx11_abi else "0", span({x.torch_family for x in s.cells}), span({x.python for x in s.cells}),
             str(len(s.cells)), f"{s.kernel_units}+{len(s.cells)}", f"{s.compile_s / 3600:.1f}",
         )  # fmt: skip
     console.print(table)
@@ -111,7 +112,8 @@ def command(project: Project, target: str, fmt: str, valid_only: bool, cost: boo
     """Show the cells a target expands to, each valid or invalid with the rule that rejects it.
 
     Cells that share a kernel-set key link the same compiled kernel objects: the kernels compile once, each
-    (torch, Python) compiles only its binding. --cost estimates what compiling the target takes.
+    (torch, Python) compiles only its binding; the table is followed by each kernel set with the reason its
+    cells share them. --cost estimates what compiling the target takes.
     """
     plan = project.plan(target)
     if cost:

@@ -40,6 +40,8 @@ class TorchRelease(Row):
     cxx11_abi_by_variant: dict[str, bool] = {}  # "cu124" -> False: the one ABI of that variant's wheels
     cxx_std: int = 17
     aarch64_cuda: list[str] = []
+    # the type of at::PhiloxCudaState::offset_intragraph_ in its headers (uint32_t, uint64_t)
+    philox_offset_intragraph: str | None = None
 
 
 class CudaToolkit(Row):

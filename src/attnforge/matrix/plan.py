@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import difflib
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..builder.patches import torch_free
 from ..errors import ConfigurationError, NothingToDoError
 from .cell import Cell, Toolkit
 from .compat import CompatData, parse_version
@@ -17,12 +18,31 @@ from .schema import AXES, Matrix, TargetSpec
 Combo = dict[str, Any]
 
 
+def span(versions: set[str]) -> str:
+    """{"2.6", "2.7", "2.14"} -> "2.6-2.14" (one version as it is)."""
+    ordered = sorted(versions, key=parse_version)
+    return ordered[0] if len(ordered) == 1 else f"{ordered[0]}-{ordered[-1]}"
+
+
+@dataclass
+class KernelSet:
+    """Cells that link the same compiled kernel objects (one kernel-set key), and why they may."""
+
+    key: str
+    cells: list[Cell]
+    why: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "cells": [c.id for c in self.cells], "why": self.why}
+
+
 @dataclass
 class Plan:
     """The checked cells of one target."""
 
     target: str
     verdicts: list[Verdict]
+    philox: dict[str, str] = field(default_factory=dict)  # torch family -> its offset_intragraph_ type
 
     @property
     def valid(self) -> list[Cell]:
@@ -42,6 +62,32 @@ class Plan:
         for c in self.valid:
             groups.setdefault(c.kernel_set_key, []).append(c)
         return groups
+
+    def shared_kernels(self) -> list[KernelSet]:
+        """The kernel sets with the reason their cells share kernel objects."""
+        return [KernelSet(key, cells, self._why(cells)) for key, cells in self.kernel_sets().items()]
+
+    def _why(self, cells: list[Cell]) -> str:
+        c = cells[0]
+        torch, python = span({x.torch_family for x in cells}), span({x.python for x in cells})
+        if c.pure_python:
+            return f"no compiled kernels (pure-Python wheel): torch {torch}, Python {python}"
+        if c.stable_abi:
+            return (
+                f"stable-ABI kernels (torch >= {c.torch_floor}): one wheel for torch {torch}, Python {python}"
+            )
+        if not c.torch_free_kernels:
+            return f"kernel units include torch {torch}: shared by its Pythons ({python}) only"
+        patch = next(p for p in c.patches if torch_free([p]))
+        by_layout: dict[str, set[str]] = {}
+        for x in cells:
+            by_layout.setdefault(self.philox.get(x.torch_family, "not recorded"), set()).add(x.torch_family)
+        layouts = ", ".join(f"{ty} in {span(fams)}" for ty, fams in sorted(by_layout.items(),
+                            key=lambda kv: min(parse_version(f) for f in kv[1])))  # fmt: skip
+        return (
+            f"kernel units without torch (patch '{patch}'), shared by torch {torch} x Python {python}; the binding "
+            f"converts each torch's Philox state to the kernels' own (offset_intragraph_: {layouts})"
+        )
 
     def wheels_by_kernel(self) -> dict[str, int]:
         """How many wheels each kernel needs (a stable-ABI wheel counts once however many cells it serves)."""
@@ -72,7 +118,8 @@ class Plan:
             row["reasons"] = v.reasons()
             row["notes"] = v.notes
             cells.append(row)
-        return {"summary": self.summary(), "cells": cells}
+        kernel_sets = [k.to_json() for k in self.shared_kernels()]
+        return {"summary": self.summary(), "cells": cells, "kernel_sets": kernel_sets}
 
 
 def _norm_arch(value: Any) -> tuple[str, ...]:
@@ -180,7 +227,8 @@ def plan_target(matrix: Matrix, target: str, data: CompatData, lock: dict[str, A
     verdicts.sort(key=lambda v: v.cell.id)
     reject_same_wheel(verdicts, data)
     reject_unsupported_host_compiler(verdicts, matrix.build.base_images, data)
-    return Plan(target, verdicts)
+    philox = {t.family: t.philox_offset_intragraph for t in data.torch if t.philox_offset_intragraph}
+    return Plan(target, verdicts, philox)
 
 
 def reject_unsupported_host_compiler(

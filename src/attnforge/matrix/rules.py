@@ -333,11 +333,20 @@ def _profile(v: Verdict, data: CompatData) -> None:
 @rule("shared-kernels")
 def _shared_kernels(v: Verdict, data: CompatData) -> None:
     """A CUDA cell of a kernel release with a torch-free patch compiles its kernel units without torch: the
-    patch joins the cell and the kernel-set key leaves torch out (kernels compiled once per CUDA lane)."""
+    patch joins the cell and the kernel-set key leaves torch out (kernels compiled once per CUDA lane). The
+    note says why, with the torch release's Philox layout that the binding converts from."""
     c = v.cell
     k = data.kernel_release(c.kernel, c.kernel_version)
     if k and k.torch_free_patch and c.toolkit.kind == "cuda":
         v.cell = replace(c, patches=tuple(sorted({*c.patches, k.torch_free_patch})))
+        t = data.torch_release(c.torch)
+        layout = t.philox_offset_intragraph if t else None
+        state = f"{layout} offset_intragraph_" if layout else "its layout checked when the binding compiles"
+        v.notes.append(
+            f"kernel units without torch (patch '{k.torch_free_patch}'): their objects serve every torch "
+            f"release and Python of this CUDA lane; the binding converts torch {c.torch_family}'s Philox state "
+            f"({state}) to the kernels' own"
+        )
 
 
 @rule("cxx-standard")

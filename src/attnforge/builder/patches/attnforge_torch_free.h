@@ -3,8 +3,8 @@
 // The kernel units (flash_{fwd,bwd,fwd_split}_*.cu) included torch for three things: the C10_CUDA_CHECK /
 // C10_CUDA_KERNEL_LAUNCH_CHECK macros, the at::PhiloxCudaState member of the params and the device-side
 // at::cuda::philox::unpack. Here they get their own: one compiled kernel object then serves every torch
-// release of a CUDA lane. The per-torch binding (flash_api.cpp) converts torch's Philox state through
-// attnforge_torch_bridge.h, which static_asserts that both layouts agree.
+// release of a CUDA lane. The Philox state is attnforge's (attnforge_philox.h); the per-torch binding
+// (flash_api.cpp) fills it from torch's through attnforge_torch_bridge.h.
 #pragma once
 
 #include <cstdint>
@@ -15,21 +15,9 @@
 
 #include <cuda_runtime.h>
 
-namespace attnforge {
+#include "attnforge_philox.h"
 
-// The Philox RNG state a kernel launch receives: the same members, in the same order and of the same types
-// as torch's at::PhiloxCudaState (seed and offset as values, or as device pointers while a CUDA graph is
-// captured, plus the offset within the graph).
-struct PhiloxCudaState {
-    union Payload {
-        uint64_t val;
-        int64_t *ptr;
-    };
-    Payload seed_{};
-    Payload offset_{};
-    uint64_t offset_intragraph_ = 0;
-    bool captured_ = false;
-};
+namespace attnforge {
 
 // (seed, offset) for this launch; a captured state reads them through its pointers on the device.
 __host__ __device__ __forceinline__ std::tuple<uint64_t, uint64_t> philox_unpack(PhiloxCudaState state) {
