@@ -3,7 +3,7 @@ the matrix names, without CUDA and without installing torch.
 
 For each release of each torch family a torch-free cell of matrix.yaml names (X.Y.0 up to compat.toml's
 `latest`: the wheel pins `torch==X.Y.*`), three headers are read from its PyPI wheel by HTTP range requests
-and cached (attnforge.wheels.remote.headers_cache(): ~/.cache/attnforge/torch-headers). g++ compiles a probe
+and cached (torch_headers.headers_cache(): ~/.cache/attnforge/torch-headers). g++ compiles a probe
 with the conversion's static_asserts against them and runs it: torch's own `unpack` and the kernels'
 `philox_unpack` of the converted state agree, captured or not. compat.toml's `philox_offset_intragraph` must
 name the type the headers declare. A release whose headers cannot be fetched skips here and fails in CI (env
@@ -24,7 +24,8 @@ from attnforge.builder.patches import PATCHES_DIR
 from attnforge.errors import EnvironmentProblem
 from attnforge.matrix.compat import load_compat
 from attnforge.project import Project
-from attnforge.wheels.remote import torch_headers
+
+from .torch_headers import torch_headers
 
 ROOT = Path(__file__).resolve().parents[2]
 RAW = "ATen/cuda/detail/PhiloxCudaStateRaw.cuh"

@@ -1,5 +1,6 @@
-"""Members of a wheel on a package index, read through HTTP range requests: the zip's central directory and
-the members asked for, not the whole file (three headers of an 800 MB torch wheel take about six requests).
+"""Members of a wheel on a package index, read through HTTP range requests (remotezip): the zip's central
+directory and the members asked for, not the whole file (three headers of an 800 MB torch wheel take a few
+requests).
 
 `torch_headers(version)` keeps the few torch headers attnforge's own headers compile against (the Philox
 state's, `PHILOX_HEADERS`) in a per-user cache, so a check against every torch release of the matrix pays
@@ -8,7 +9,6 @@ the index once (docs/build-internals.md, "The kernel units without torch").
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import ssl
@@ -18,9 +18,12 @@ import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..builder.files import atomic_write_bytes, atomic_write_text
-from ..errors import EnvironmentProblem
-from ..matrix.lock import PYPI_SIMPLE, simple_files
+import requests
+from remotezip import RemoteIOError, RemoteZip
+
+from attnforge.builder.files import atomic_write_bytes, atomic_write_text
+from attnforge.errors import EnvironmentProblem
+from attnforge.matrix.lock import PYPI_SIMPLE, simple_files
 
 # What attnforge_philox_torch.h includes from torch, and torch's own unpack (to compare conversions with).
 PHILOX_HEADERS = (
@@ -31,72 +34,31 @@ PHILOX_HEADERS = (
 _TIMEOUT = 60
 
 
+def _ca_bundle() -> str | bool:
+    """The CA bundle pip is told to use (an intercepting proxy's), else the system's trust store."""
+    for key in ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE"):
+        if os.environ.get(key) and Path(os.environ[key]).is_file():
+            return os.environ[key]
+    system = Path("/etc/ssl/certs/ca-certificates.crt")
+    return str(system) if system.is_file() else True
+
+
 def _ssl_context() -> ssl.SSLContext:
-    """The system's trust store, or the CA bundle pip is told to use (an intercepting proxy's)."""
-    cafile = next((os.environ[k] for k in ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE")
-                   if os.environ.get(k) and Path(os.environ[k]).is_file()), None)  # fmt: skip
-    return ssl.create_default_context(cafile=cafile)
+    bundle = _ca_bundle()
+    return ssl.create_default_context(cafile=bundle if isinstance(bundle, str) else None)
 
 
-class RangeFile(io.RawIOBase):
-    """A read-only, seekable view of a remote file: each read is one HTTP range request."""
-
-    def __init__(self, url: str, context: ssl.SSLContext | None = None) -> None:
-        super().__init__()
-        self.url = url
-        self.requests = 0
-        self._ctx = context or _ssl_context()
-        self._pos = 0
-        req = urllib.request.Request(url, method="HEAD")
-        with urllib.request.urlopen(req, timeout=_TIMEOUT, context=self._ctx) as resp:
-            length = resp.headers.get("Content-Length")
-            ranges = resp.headers.get("Accept-Ranges", "")
-        if length is None or ranges.strip().lower() == "none":
-            raise EnvironmentProblem(f"{url}: the server gives no size or refuses range requests")
-        self.size = int(length)
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
-        view = memoryview(buffer).cast("B")
-        if self._pos >= self.size or not len(view):
-            return 0
-        end = min(self._pos + len(view), self.size) - 1
-        req = urllib.request.Request(self.url, headers={"Range": f"bytes={self._pos}-{end}"})
-        with urllib.request.urlopen(req, timeout=_TIMEOUT, context=self._ctx) as resp:
-            if resp.status != 206:  # a 200 would be the whole file
-                raise EnvironmentProblem(f"{self.url}: range request answered {resp.status}, not 206")
-            data = resp.read()
-        self.requests += 1
-        view[: len(data)] = data
-        self._pos += len(data)
-        return len(data)
-
-
-def read_members(url: str, names: Iterable[str], context: ssl.SSLContext | None = None) -> dict[str, bytes]:
-    """The named members of the zip at `url` (each checked against its CRC by zipfile). A missing one is an
-    EnvironmentProblem naming it."""
+def read_members(url: str, names: Iterable[str]) -> dict[str, bytes]:
+    """The named members of the zip at `url`, read through HTTP range requests (remotezip): the central
+    directory and those members, not the whole file. A missing one is an EnvironmentProblem naming it."""
     try:
-        raw = RangeFile(url, context)
-        with zipfile.ZipFile(io.BufferedReader(raw, buffer_size=1 << 16)) as zf:
+        with RemoteZip(url, verify=_ca_bundle(), timeout=_TIMEOUT) as zf:
             have = set(zf.namelist())
             missing = [n for n in names if n not in have]
             if missing:
                 raise EnvironmentProblem(f"{url}: no {', '.join(missing)} in the archive")
             return {n: zf.read(n) for n in names}
-    except (urllib.error.URLError, TimeoutError, OSError, zipfile.BadZipFile) as exc:
+    except (RemoteIOError, requests.RequestException, OSError, zipfile.BadZipFile) as exc:
         raise EnvironmentProblem(f"cannot read {url}: {exc}") from None
 
 
