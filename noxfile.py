@@ -73,7 +73,7 @@ def tests(session: nox.Session) -> None:
     """Lint (as `lint`, fails fast), then the tests: unit + integration with real Docker, pip, index servers."""
     _install_locked(session)  # includes the CPU torch for the reference, tolerance and Flex-on-CPU tests
     _lint(session)
-    args = session.posargs or ["-m", "not gpu and not drift", "-p", "no:cacheprovider", "tests"]
+    args = session.posargs or ["-m", "not gpu and not drift", "-p", "no:cacheprovider", "--durations=30", "tests"]
     env = {"ATTNFORGE_SLOW_ALLOW": ",".join(CI_SLOW_ALLOWLIST), **_ci_env()}
     session.run("pytest", *args, env=env)
 
