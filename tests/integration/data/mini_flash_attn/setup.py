@@ -3,6 +3,10 @@
 Mirrors upstream's knobs that matter to packaging: FLASH_ATTN_LOCAL_VERSION (local version segment),
 FLASH_ATTN_CUDA_ARCHS (";"-separated, e.g. "90"), and builds a CUDA extension when torch is a CUDA
 build and nvcc is found (else a C++ extension: the torch+cpu build used by the mismatch tests).
+
+csrc/flash_attn/ holds, at upstream's paths, the lines of flash-attn 2.8.3's sources that attnforge's
+patches edit (verbatim excerpts, never compiled here): the builder applies a cell's patches to this fixture
+exactly as to the real source, and a patch that does not fit fails the build (none is skipped).
 """
 
 import os
