@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+import shutil
 import subprocess
 import zipfile
 from collections.abc import Callable, Iterator
@@ -87,6 +88,7 @@ def index(work: Path) -> Iterator[tuple[str, Path]]:
     packages = download_packages(work / "packages")
     with LocalIndexServer(Sources([packages]), username=INDEX_USER, password=INDEX_PW) as srv:
         yield srv.url, netrc
+    shutil.rmtree(packages)  # a copy of torch: pytest keeps three sessions' temp folders
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -59,6 +60,7 @@ def index(work: Path) -> Iterator[tuple[str, Path]]:
     packages = download_packages(work / "packages")
     with LocalIndexServer(Sources([packages]), username=INDEX_USER, password=INDEX_PW) as srv:
         yield srv.url, netrc
+    shutil.rmtree(packages)  # a copy of torch: pytest keeps three sessions' temp folders
 
 
 @pytest.fixture(scope="module")
