@@ -1,22 +1,24 @@
-"""Real images end to end, kept small with the torch 2.13.0+cpu wheel (190 MB, /opt/wheels) instead of
-the 5 GB CUDA torch: the NGC stand-in base (attnforge-standin/ngc-pytorch, NOT NGC: its CPU torch relabelled
-as a custom build, `2.13.0a0+standin`), a real small wheel (tests/integration/data/mini_flash_attn, a torch
-C++ extension named flash_attn / flash_attn_2_cuda, compiled inside the stand-in against its torch), two
-runtime images labelled as two CUDA variants and one NGC-style image whose flash-attn attnforge's builder
-compiles on the stand-in against its own torch (the stand-in's fake flash-attn source shape: the mini
-fixture), finalized on the host; each smoke-tested, checked for leaked secrets (`docker history --no-trunc`,
+"""Real images end to end, kept small with the CPU torch (torch 2.13.0+cpu, 190 MB) instead of the 5 GB
+CUDA torch: the NGC stand-in base (attnforge-standin/ngc-pytorch, NOT NGC: its CPU torch relabelled as a
+custom build, `2.13.0a0+standin`), a real small wheel (tests/integration/data/mini_flash_attn, a torch C++
+extension named flash_attn / flash_attn_2_cuda, compiled inside the stand-in against its torch), two runtime
+images labelled as two CUDA variants and one NGC-style image whose flash-attn attnforge's builder compiles
+on the stand-in against its own torch (the fixture carries upstream's lines that the cell's patches edit),
+finalized on the host; each smoke-tested, checked for leaked secrets (`docker history --no-trunc`,
 `docker inspect`, the bytes of `docker save`), pushed with auth to a real registry, removed locally, chosen
 and pulled back by `attnforge pull` and smoke-tested again. Real NGC images (nvcr.io) only at real sites.
+The small end-to-end run CI makes on every change is test_images_fast.py.
 
-torch and its dependencies come from an authenticated local index (basic auth, credentials only in a netrc
-given as a BuildKit secret); the host CA bundle goes in as a secret too."""
+torch and its dependencies are downloaded by the test's own pip (its configuration and cache) and served from
+an authenticated local index (basic auth, credentials only in a netrc given as a BuildKit secret); the host
+CA bundle goes in as a secret too."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import secrets
+import shutil
 import subprocess
 import zipfile
 from collections.abc import Callable, Iterator
@@ -30,16 +32,21 @@ from attnforge.images.pipplan import PipPlan
 from attnforge.images.record import ImageSet, read_record
 from attnforge.images.standin import ensure_standin
 
+from .imagekit import (
+    CA,
+    DOCKER,
+    MINI,
+    RELEASE,
+    STANDIN_TORCH,
+    docker,
+    download_packages,
+    mini_wheels,
+    remove_repository,
+    write_compat,
+)
+
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
-MINI = ROOT / "tests" / "integration" / "data" / "mini_flash_attn"
-DOCKER = "/usr/bin/docker"
-TORCH_CPU = Path("/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
-MIRRORS = [Path("/opt/pypi/simple"), Path("/opt/pypi-more/simple")]
-CA = Path("/etc/ssl/certs/ca-certificates.crt")
-RELEASE = "99.09"  # the stand-in's release name (a test row below, not a real NGC release)
-STANDIN_TORCH = "2.13.0a0+standin"  # what the stand-in's relabelled torch 2.13.0+cpu reports
 REPO = "attnforge-test/images"
 INDEX_USER = "indexuser"
 INDEX_PW = "idx-" + secrets.token_hex(16)
@@ -47,24 +54,10 @@ REG_USER = "pusher"
 REG_PW = "reg-" + secrets.token_hex(16)
 RunCli = Callable[..., tuple[int, str, str]]
 
-PACKAGED_COMPAT = ROOT / "src" / "attnforge" / "data" / "compat.toml"
-STANDIN_ROW = f"""
-[[ngc]]
-release = "{RELEASE}"
-torch = "{STANDIN_TORCH}"
-cuda = "13.0"
-python = "3.11"
-flash_attn = "2.7.4+standin"
-source = "attnforge test row: the stand-in's release, not a real NGC release"
-"""
 VARIANTS = {  # local version -> (toolkit, arches) the manifest claims (the wheel is a CPU build)
     "cu130torch2.13cxx11abiTRUE": ("cuda13.0", ["sm_90"]),
     "cu126torch2.13cxx11abiTRUE": ("cuda12.6", ["sm_80", "sm_86"]),
 }
-
-
-def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([DOCKER, *args], capture_output=True, text=True, check=check)
 
 
 def stream_contains(ref: str, needles: list[bytes]) -> list[bytes]:
@@ -84,20 +77,18 @@ def stream_contains(ref: str, needles: list[bytes]) -> list[bytes]:
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not TORCH_CPU.exists() or not MINI.is_dir():
-        pytest.skip(f"needs {TORCH_CPU} and {MINI}")
     return tmp_path_factory.mktemp("images")
 
 
 @pytest.fixture(scope="module")
 def index(work: Path) -> Iterator[tuple[str, Path]]:
-    """An authenticated PEP 503 index of the local torch wheel and mirrors; (url, netrc file)."""
+    """An authenticated PEP 503 index of the packages pip downloaded for the images; (url, netrc file)."""
     netrc = work / "netrc"
     netrc.write_text(f"machine 127.0.0.1 login {INDEX_USER} password {INDEX_PW}\n")
-    with LocalIndexServer(
-        Sources([TORCH_CPU.parent], MIRRORS), username=INDEX_USER, password=INDEX_PW
-    ) as srv:
+    packages = download_packages(work / "packages")
+    with LocalIndexServer(Sources([packages]), username=INDEX_USER, password=INDEX_PW) as srv:
         yield srv.url, netrc
+    shutil.rmtree(packages)  # a copy of torch: pytest keeps three sessions' temp folders
 
 
 @pytest.fixture(scope="module")
@@ -111,60 +102,7 @@ def standin(index: tuple[str, Path]) -> str:
 def wheels(work: Path, standin: str) -> Path:
     """Two real wheels of the mini flash_attn, compiled once inside the stand-in (the second reuses the
     objects), with manifests naming two CUDA variants."""
-    out = work / "wheels"
-    out.mkdir()
-    script = (
-        "set -e; cp -a /src /tmp/b; cd /tmp/b; export PIP_CONSTRAINT= PIP_CONFIG_FILE=/dev/null; "
-        + " ".join(
-            f"FLASH_ATTN_LOCAL_VERSION={lv} python -m pip wheel -q --no-build-isolation --no-deps --no-index -w /out .;"
-            for lv in VARIANTS
-        )
-        + f" chown -R {os.getuid()} /out"
-    )
-    docker(
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "-v",
-        f"{MINI}:/src:ro",
-        "-v",
-        f"{out}:/out",
-        standin,
-        "bash",
-        "-c",
-        script,
-    )
-    for wheel in sorted(out.glob("flash_attn-*.whl")):
-        local = next(lv for lv in VARIANTS if lv.lower() in wheel.name.lower())
-        toolkit, arches = VARIANTS[local]
-        short = local.split("torch")[0]
-        data = wheel.read_bytes()
-        manifest = {
-            "schema": 1,
-            "cell_id": f"flash-attn-2.8.3-{short}-torch2.13.0-cp311-abi1-{'-'.join(arches)}-full-x86_64",
-            "variant": f"{short}-torch2.13",
-            "kernel": "flash-attn",
-            "kernel_version": "2.8.3",
-            "wheel": wheel.name,
-            "sha256": hashlib.sha256(data).hexdigest(),
-            "size": len(data),
-            "inputs": {
-                "toolkit": toolkit,
-                "torch": "2.13.0",
-                "torch_variant": "cpu",
-                "python": "3.11",
-                "cxx11_abi": True,
-                "arches": arches,
-                "profile": "full",
-                "profile_flags": [],
-            },
-            "toolchain": {"torch": "2.13.0+cpu"},
-            "parity": None,
-        }
-        (out / f"{wheel.name}.manifest.json").write_text(json.dumps(manifest, indent=2))
-    assert len(list(out.glob("*.manifest.json"))) == 2
-    return out
+    return mini_wheels(work / "wheels", standin, VARIANTS)
 
 
 @pytest.fixture(scope="module")
@@ -174,8 +112,7 @@ def built(work: Path, wheels: Path, index: tuple[str, Path], standin: str) -> It
     from attnforge.cli import main
 
     url, netrc = index
-    compat = work / "compat.toml"  # the packaged tables (the rules check the NGC cell) + the stand-in's row
-    compat.write_text(PACKAGED_COMPAT.read_text() + STANDIN_ROW)
+    compat = write_compat(work / "compat.toml")
     code = main(
         [
             "--compat",
@@ -201,10 +138,7 @@ def built(work: Path, wheels: Path, index: tuple[str, Path], standin: str) -> It
     )
     assert code == 0
     yield read_record(wheels / "images.json")
-    refs = docker("images", "--format", "{{.Repository}}:{{.Tag}}").stdout.split()
-    mine = [r for r in refs if REPO in r]
-    if mine:
-        docker("rmi", "-f", *mine, check=False)
+    remove_repository(REPO)
 
 
 def test_images_built_smoked_and_labelled(built: ImageSet) -> None:

@@ -113,3 +113,37 @@ def test_patch_files_are_what_the_key_reads() -> None:
     assert patch_scope("cxx20-binding") == "binding" and patch_scope("cxx20") == "kernels"
     for header in ("attnforge_philox.h", "attnforge_torch_free.h", "attnforge_philox_torch.h"):
         assert (PATCHES_DIR / header).is_file()
+
+
+MINI_UPSTREAM = Path(__file__).parent / "data" / "mini_flash_attn" / "csrc" / "flash_attn"
+FIXTURE_NOTE = "// attnforge test fixture:"  # the first line of the fixture's own comment (3 lines)
+
+
+def _excerpt_lines(path: Path) -> list[str]:
+    """The lines of an excerpt that claim to be upstream's: all but blanks, "// [...]" and the note."""
+    lines = path.read_text().splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith(FIXTURE_NOTE))
+    del lines[at : at + 3]
+    return [ln for ln in lines if ln.strip() and not ln.startswith("// [...]")]
+
+
+@needs_sdist
+def test_mini_fixture_excerpts_are_upstreams_lines() -> None:
+    """The mini fixture's csrc/flash_attn/ files (what the images tests patch) hold upstream's lines, in
+    upstream's order: the fixture cannot drift into a shape the real source does not have."""
+    import tarfile
+
+    sdist = fa_sdist()
+    assert sdist is not None
+    excerpts = sorted(p for p in MINI_UPSTREAM.rglob("*") if p.is_file())
+    assert len(excerpts) == 6
+    with tarfile.open(sdist) as tar:
+        for path in excerpts:
+            rel = path.relative_to(MINI_UPSTREAM.parents[1]).as_posix()
+            member = tar.extractfile(f"flash_attn-2.8.3/{rel}")
+            assert member is not None, rel
+            upstream = member.read().decode().splitlines()
+            at = 0
+            for line in _excerpt_lines(path):
+                assert line in upstream[at:], f"{rel}: {line!r} is not upstream's (in this order)"
+                at = upstream.index(line, at) + 1

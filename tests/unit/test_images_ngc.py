@@ -16,6 +16,8 @@ import pytest
 
 from attnforge.builder.compiler import nvcc_problem
 from attnforge.builder.patches import resolve_patches
+from attnforge.builder.report import Reporter
+from attnforge.builder.source import prepare_tree
 from attnforge.builder.spec import BuildSpec, Source
 from attnforge.errors import ConfigurationError, EnvironmentProblem
 from attnforge.images import ngc_image
@@ -38,6 +40,7 @@ from attnforge.wheels.manifest import manifest_inputs
 from attnforge.wheels.naming import expected_names, parse_local
 
 ROOT = Path(__file__).resolve().parents[2]
+MINI_FA = ROOT / "tests" / "integration" / "data" / "mini_flash_attn"
 NGC_TORCH = "2.8.0a0+5228986c39"
 NGC_ROWS = [
     NgcRelease(release="25.01", torch="2.6.0a0+ecf3bae40a", cuda="12.8", python="3.12", source="t"),
@@ -209,6 +212,29 @@ def test_standin_cell_takes_its_rows_cuda_and_expects_a_cpu_torch(project: Proje
     assert isinstance(req2, ImageRequest)
     with pytest.raises(EnvironmentProblem, match="CPU build, not an NGC"):
         apply_ngc_facts(req2, facts(torch, None, "3.11"), project, quiet)
+
+
+def test_mini_fixture_takes_the_standin_cells_patches(project: Project, tmp_path: Path) -> None:
+    """The integration tests compile tests/integration/data/mini_flash_attn on the stand-in: every patch the
+    builder gives that cell (torch-free-kernels, as for every flash-attn 2.8.3 CUDA cell) applies to the
+    packed fixture through the builder's own unpack-and-patch step, none skipped."""
+    tmpl = template(
+        project, toolkit=Toolkit("cuda", "13.0"), torch="2.13.0", python="3.11", torch_variant="cu130"
+    )
+    req = ngc_request(tmpl, [STANDIN_ROW], image_template=STANDIN_TEMPLATE, policy="replace")
+    assert isinstance(req, ImageRequest)
+    standin = facts(standin_torch_version("torch==2.13.0+cpu"), None, "3.11", standin=True)
+    req = apply_ngc_facts(req, standin, project, quiet)
+    assert req.cell is not None
+    archive = source_archive(MINI_FA, tmp_path / "ctx")
+    src = Source(path=str(archive), sha256=hashlib.sha256(archive.read_bytes()).hexdigest())
+    spec = ngc_spec(req.cell, standin, src, 2).replace(build_dir=str(tmp_path / "build"))
+    names = resolve_patches(spec)
+    assert "torch-free-kernels" in names
+    tree = prepare_tree(spec, archive, names, Reporter(None))
+    flash_h = (tree / "csrc" / "flash_attn" / "src" / "flash.h").read_text()
+    assert "attnforge::PhiloxCudaState philox_args;" in flash_h and "ATen/" not in flash_h
+    assert (tree / "csrc" / "flash_attn" / "src" / "attnforge_torch_bridge.h").is_file()
 
 
 def test_keep_policy_names_ngcs_build(project: Project) -> None:

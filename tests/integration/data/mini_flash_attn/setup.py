@@ -3,6 +3,10 @@
 Mirrors upstream's knobs that matter to packaging: FLASH_ATTN_LOCAL_VERSION (local version segment),
 FLASH_ATTN_CUDA_ARCHS (";"-separated, e.g. "90"), and builds a CUDA extension when torch is a CUDA
 build and nvcc is found (else a C++ extension: the torch+cpu build used by the mismatch tests).
+
+csrc/flash_attn/ holds, at upstream's paths, the lines of flash-attn 2.8.3's sources that attnforge's
+patches edit (verbatim excerpts, never compiled here): the builder applies a cell's patches to this fixture
+exactly as to the real source, and a patch that does not fit fails the build (none is skipped).
 """
 
 import os
@@ -18,6 +22,11 @@ if local:
 
 torch_major_minor = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 std = "-std=c++20" if torch_major_minor >= (2, 14) else "-std=c++17"
+cxx_flags = [
+    "-O1",
+    "-g0",
+    std,
+]  # -g0 overrides Python's -g: debug info of torch's headers doubles the compile
 use_cuda = (
     torch.version.cuda is not None and CUDA_HOME is not None and os.environ.get("MINI_FA_CPP_ONLY") != "1"
 )
@@ -29,12 +38,12 @@ if use_cuda:
         ["csrc/flash_api.cpp", "csrc/add_one_kernel.cu"],
         define_macros=[("MINI_FA_CUDA", "1")],
         extra_compile_args={
-            "cxx": ["-O1", std],
+            "cxx": cxx_flags,
             "nvcc": ["-O2"] + [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs],
         },
     )
 else:
-    ext = CppExtension("flash_attn_2_cuda", ["csrc/flash_api.cpp"], extra_compile_args=["-O1", std])
+    ext = CppExtension("flash_attn_2_cuda", ["csrc/flash_api.cpp"], extra_compile_args=cxx_flags)
 
 setup(
     name="flash_attn",
