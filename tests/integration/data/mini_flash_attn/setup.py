@@ -22,11 +22,8 @@ if local:
 
 torch_major_minor = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 std = "-std=c++20" if torch_major_minor >= (2, 14) else "-std=c++17"
-cxx_flags = [
-    "-O1",
-    "-g0",
-    std,
-]  # -g0 overrides Python's -g: debug info of torch's headers doubles the compile
+# -g0 overrides Python's -g: debug info for torch's headers doubles the compile time
+cxx_flags = ["-O1", "-g0", std]
 use_cuda = (
     torch.version.cuda is not None and CUDA_HOME is not None and os.environ.get("MINI_FA_CPP_ONLY") != "1"
 )
