@@ -1,9 +1,8 @@
 """Shared by the ROCm Triton tests: the flash-attn 2.8.3 sdist, offline pip sources, the fresh-venv check.
 
-The sdist: a verified local copy, else PyPI (8.4 MB). Local copies, in order: $ATTNFORGE_FA_SDIST, the
-repository's .carry/ and .attnforge-cache/sources/, /tmp/probe/. The download asks PyPI's simple page for the
-file (`attnforge.matrix.lock.sdist_url`, which reads the JSON form, PEP 691, and the HTML one, PEP 503, that some
-mirrors serve instead).
+The sdist: `test_builder.fa_sdist()` ($ATTNFORGE_FA_SDIST, else fetched once into the user cache). Packages
+(the CPU torch stand-in of data/pins.toml, triton) come through the test's pip and its configuration, as on a
+user's machine.
 
 The fresh-venv check, as both tests run it: `fresh_venv` (a new venv with the CPU torch stand-in and triton,
 the wheel beside them or installed after with `pip_install`), `import_flash_attn` (IMPORT run with
@@ -20,15 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from attnforge.builder.files import sha256_file as sha256_of
-from attnforge.engine.sources import _download
-from attnforge.matrix.lock import sdist_url
+from attnforge.pins import cpu_torch
+
+from .test_builder import fa_sdist
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "flash_attn-2.8.3.tar.gz"
-TORCH_CPU = Path("/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
-LOCAL_DIRS = [Path("/opt/wheels"), Path("/opt/pypi/files")]
 TRITON = "triton==3.6.0"
-TORCH = "torch==2.13.0+cpu"  # the stand-in the wheel is built and imported beside (TORCH_CPU's version)
+TORCH = cpu_torch()  # the stand-in the wheel is built and imported beside
 BACKEND = "flash_attn.flash_attn_triton_amd.interface_fa"
 
 # Run with FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE: which backend flash_attn picked, and from where.
@@ -42,34 +40,17 @@ print(json.dumps({"flash_attn": flash_attn.__version__, "file": flash_attn.__fil
 """
 
 
-def pip_sources() -> list[str]:
-    """Offline from this machine's wheel folders when it has them all, else pip's configured index."""
-    if all(d.is_dir() for d in LOCAL_DIRS):
-        return ["--no-index", *[x for d in LOCAL_DIRS for x in ("--find-links", str(d))]]
-    return []
-
-
-def local_candidates() -> list[Path]:
-    env = os.environ.get("ATTNFORGE_FA_SDIST")
-    found = [Path(env)] if env else []
-    found += [ROOT / ".carry" / NAME, ROOT / ".attnforge-cache" / "sources" / NAME, Path("/tmp/probe") / NAME]
-    return [p for p in found if p.is_file()]
-
-
-def flash_attn_sdist(sha256: str, dest: Path) -> Path:
-    """A copy of the sdist whose sha256 is `sha256`: a local one, else downloaded to `dest`."""
-    for cand in local_candidates():
-        if sha256_of(cand) == sha256:
-            return cand
-    url = sdist_url("flash-attn", "2.8.3")[0]
-    _download(url, dest)
-    assert sha256_of(dest) == sha256, f"{url}: sha256 differs from the pin"
-    return dest
+def flash_attn_sdist(sha256: str) -> Path:
+    """flash-attn 2.8.3's sdist, checked against `sha256` (the matrix's pin)."""
+    sdist = fa_sdist()
+    assert sdist is not None, "flash-attn 2.8.3's sdist is not reachable"
+    assert sha256_of(sdist) == sha256, f"{sdist}: sha256 differs from the pin"
+    return sdist
 
 
 def pip_install(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`pip install --progress-bar off` from `pip_sources()` with `python`'s pip; output captured, not checked."""
-    cmd = [str(python), "-m", "pip", "install", "--progress-bar", "off", *pip_sources(), *args]
+    """`pip install --progress-bar off` with `python`'s pip and its configuration; output captured, not checked."""
+    cmd = [str(python), "-m", "pip", "install", "--progress-bar", "off", *args]
     return subprocess.run(cmd, capture_output=True, text=True, check=False)
 
 

@@ -1,7 +1,7 @@
 """Real wheels and real environments for the wheel/index/publish integration tests (no mocks).
 
-- Two torch environments (venvs): torch 2.14.1 (CUDA 13.0 build, from the local mirror) and torch
-  2.13.0+cpu (from /opt/wheels). Each is created once per session, or once ever when
+- Two torch environments (venvs): torch 2.14.1 (CUDA 13.0 build, through pip) and torch
+  2.13.0+cpu (through pip and its configuration). Each is created once per session, or once ever when
   $ATTNFORGE_TEST_CACHE names a folder to keep them in (a torch 2.14.1 venv is ~5 GB, ~70 s).
 - `data/mini_flash_attn`, a flash_attn-shaped package with a compiled torch extension
   `flash_attn_2_cuda`, built with `pip wheel --no-build-isolation` in each: against torch 2.14.1 a CUDA
