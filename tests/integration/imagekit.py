@@ -12,13 +12,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from attnforge.images.localindex import LocalIndexServer, Sources
 from attnforge.images.standin import standin_torch_version
 from attnforge.pins import cpu_torch
 
@@ -66,6 +70,19 @@ def download_packages(dest: Path) -> Path:
             f"configuration (the test venv's torch comes from the same place):\n{proc.stderr[-2000:]}"
         )
     return dest
+
+
+@contextmanager
+def package_index(work: Path, user: str, password: str) -> Iterator[tuple[str, Path]]:
+    """(url, netrc) of an authenticated local PEP 503 index of what pip downloaded for the images; the
+    credentials are only in the netrc. The downloaded copy of torch is removed when the index stops (pytest
+    keeps three sessions' temp folders)."""
+    netrc = work / "netrc"
+    netrc.write_text(f"machine 127.0.0.1 login {user} password {password}\n")
+    packages = download_packages(work / "packages")
+    with LocalIndexServer(Sources([packages]), username=user, password=password) as srv:
+        yield srv.url, netrc
+    shutil.rmtree(packages)
 
 
 def write_compat(path: Path) -> Path:

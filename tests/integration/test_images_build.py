@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-import shutil
 import subprocess
 import zipfile
 from collections.abc import Callable, Iterator
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.images.localindex import LocalIndexServer, Sources
+from attnforge.images.localindex import Sources
 from attnforge.images.localregistry import LocalRegistry
 from attnforge.images.pipplan import PipPlan
 from attnforge.images.record import ImageSet, read_record
@@ -39,8 +38,8 @@ from .imagekit import (
     RELEASE,
     STANDIN_TORCH,
     docker,
-    download_packages,
     mini_wheels,
+    package_index,
     remove_repository,
     write_compat,
 )
@@ -83,12 +82,8 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def index(work: Path) -> Iterator[tuple[str, Path]]:
     """An authenticated PEP 503 index of the packages pip downloaded for the images; (url, netrc file)."""
-    netrc = work / "netrc"
-    netrc.write_text(f"machine 127.0.0.1 login {INDEX_USER} password {INDEX_PW}\n")
-    packages = download_packages(work / "packages")
-    with LocalIndexServer(Sources([packages]), username=INDEX_USER, password=INDEX_PW) as srv:
-        yield srv.url, netrc
-    shutil.rmtree(packages)  # a copy of torch: pytest keeps three sessions' temp folders
+    with package_index(work, INDEX_USER, INDEX_PW) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")

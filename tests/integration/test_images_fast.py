@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import secrets
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from attnforge.images.localindex import LocalIndexServer, Sources
+from attnforge.images.localindex import Sources
 from attnforge.images.localregistry import LocalRegistry
 from attnforge.images.pipplan import PipPlan
 from attnforge.images.record import ImageSet, read_record
@@ -29,8 +28,8 @@ from .imagekit import (
     RELEASE,
     STANDIN_TORCH,
     docker,
-    download_packages,
     mini_wheels,
+    package_index,
     remove_repository,
     write_compat,
 )
@@ -55,12 +54,8 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def index(work: Path) -> Iterator[tuple[str, Path]]:
     """(url, netrc) of an authenticated local index of what pip downloaded for the images."""
-    netrc = work / "netrc"
-    netrc.write_text(f"machine 127.0.0.1 login {INDEX_USER} password {INDEX_PW}\n")
-    packages = download_packages(work / "packages")
-    with LocalIndexServer(Sources([packages]), username=INDEX_USER, password=INDEX_PW) as srv:
-        yield srv.url, netrc
-    shutil.rmtree(packages)  # a copy of torch: pytest keeps three sessions' temp folders
+    with package_index(work, INDEX_USER, INDEX_PW) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
