@@ -18,12 +18,9 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -40,6 +37,7 @@ from attnforge.builder.report import Reporter
 from attnforge.builder.source import prepare_tree
 from attnforge.builder.spec import BuildSpec, Source
 from attnforge.builder.torchenv import variant_mismatch
+from attnforge.engine.sources import _download as download
 from attnforge.errors import EnvironmentProblem
 from attnforge.images.bootstrap import bootstrap_debian_base, image_exists
 from attnforge.matrix.lock import sdist_url
@@ -73,19 +71,15 @@ def fa_sdist() -> Path | None:
     if not cached.is_file():
         try:
             url, _ = sdist_url("flash-attn", "2.8.3")
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            part = cached.with_suffix(".part")
-            with urllib.request.urlopen(url, timeout=120) as resp, part.open("wb") as out:
-                shutil.copyfileobj(resp, out)
-        except (EnvironmentProblem, urllib.error.URLError, TimeoutError) as exc:
+            download(url, cached)
+        except EnvironmentProblem as exc:
             if os.environ.get("CI"):
                 raise
             print(f"flash-attn 2.8.3 sdist not reachable: {exc}")
             return None
-        if sha256_file(part) != FA_SHA256:
-            part.unlink()
+        if sha256_file(cached) != FA_SHA256:
+            cached.unlink()
             raise AssertionError(f"{url}: sha256 differs from FA_SHA256")
-        part.replace(cached)
     return cached
 
 
