@@ -189,13 +189,22 @@ def gpu_validate(session: nox.Session) -> None:
     }
     codes["publish"] = step("attnforge", "publish", "--to", "gpu", str(wheel))
     manifest = json.loads(Path(f"{wheel}.manifest.json").read_text())
-    serve = subprocess.Popen(["attnforge", "serve", "wheels/gpu-index", "--port", "0"], stdout=subprocess.PIPE,
-                             text=True)  # fmt: skip
+    serve = subprocess.Popen(
+        ["attnforge", "serve", "wheels/gpu-index", "--port", "0"], stdout=subprocess.PIPE, text=True
+    )
     check = out.parent / "env_runner_check.json"
     try:
         url = (serve.stdout.readline() if serve.stdout else "").split(" at ")[-1].strip().rstrip("/")
-        codes["smoke"] = step("attnforge", "runner", "check", "--no-cxx-probe", "--json", str(check),
-                              "--smoke-index", f"{url}/{manifest['variant']}/simple")  # fmt: skip
+        codes["smoke"] = step(
+            "attnforge",
+            "runner",
+            "check",
+            "--no-cxx-probe",
+            "--json",
+            str(check),
+            "--smoke-index",
+            f"{url}/{manifest['variant']}/simple",
+        )
     finally:
         serve.terminate()
     parity = (

@@ -163,20 +163,46 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     shape = f"b{b} s{s} h{h} d{d}"
                     prof = profs.get(name)
                     if prof is not None and (d not in prof.head_dims or "bf16" not in prof.dtypes):
-                        rows.append({"impl": name, "causal": causal, "pass": pass_, "tflops": None, "shape": shape,
-                                     "error": f"not in the wheel's profile ({prof.describe()})"})  # fmt: skip
+                        rows.append(
+                            {
+                                "impl": name,
+                                "causal": causal,
+                                "pass": pass_,
+                                "tflops": None,
+                                "shape": shape,
+                                "error": f"not in the wheel's profile ({prof.describe()})",
+                            }
+                        )
                         continue
                     try:
                         ms = measure(fn, q, k, v, go, causal, pass_)
                         tf = flops(b, s, h, d, causal, pass_) / (ms * 1e-3) / 1e12
-                        rows.append({"impl": name, "causal": causal, "pass": pass_, "tflops": round(tf, 1),
-                                     "shape": shape, "ms": round(ms, 4)})  # fmt: skip
-                        print(f"{name:14s} {shape:22s} causal={causal!s:5s} {pass_:8s} {ms:8.3f} ms {tf:7.1f} TFLOP/s",
-                              flush=True)  # fmt: skip
+                        rows.append(
+                            {
+                                "impl": name,
+                                "causal": causal,
+                                "pass": pass_,
+                                "tflops": round(tf, 1),
+                                "shape": shape,
+                                "ms": round(ms, 4),
+                            }
+                        )
+                        print(
+                            f"{name:14s} {shape:22s} causal={causal!s:5s} {pass_:8s} {ms:8.3f} ms {tf:7.1f} TFLOP/s",
+                            flush=True,
+                        )
                     except Exception as exc:
                         msg = str(exc).strip().splitlines()
-                        rows.append({"impl": name, "causal": causal, "pass": pass_, "tflops": None, "shape": shape,
-                                     "error": f"{type(exc).__name__}: {msg[0] if msg else ''}"[:300]})  # fmt: skip
+                        rows.append(
+                            {
+                                "impl": name,
+                                "causal": causal,
+                                "pass": pass_,
+                                "tflops": None,
+                                "shape": shape,
+                                "error": f"{type(exc).__name__}: {msg[0] if msg else ''}"[:300],
+                            }
+                        )
                         print(f"{name} {shape} causal={causal} {pass_}: {rows[-1]['error']}", flush=True)
         torch.cuda.empty_cache()
     return {
@@ -204,8 +230,18 @@ def ratios(rows: list[dict[str, Any]], a: str, b: str, pass_: str) -> list[float
     for r in rows:
         if r["impl"] != a or r["pass"] != pass_ or not r.get("tflops"):
             continue
-        other = next((x for x in rows if x["impl"] == b and x["pass"] == pass_ and x["causal"] == r["causal"]
-                      and x["shape"] == r["shape"] and x.get("tflops")), None)  # fmt: skip
+        other = next(
+            (
+                x
+                for x in rows
+                if x["impl"] == b
+                and x["pass"] == pass_
+                and x["causal"] == r["causal"]
+                and x["shape"] == r["shape"]
+                and x.get("tflops")
+            ),
+            None,
+        )
         if other:
             vals.append(r["tflops"] / other["tflops"])
     return vals
@@ -225,15 +261,23 @@ def median_ratio(rows: list[dict[str, Any]], a: str, b: str, pass_: str) -> floa
 
 def markdown(res: dict[str, Any]) -> str:
     impl_names = list(dict.fromkeys(r["impl"] for r in res["rows"]))
-    lines = [f"# Attention TFLOP/s on {res['device']}", "",
-             f"torch {res['torch']}, flash_attn {res['flash_attn'] or '-'}, bf16. {res['flops_rule']}; "
-             f"{res['timing']}.", "", f"flash_attn / SDPA flash, forward (geomean): "
-             f"**{res['fa2_vs_sdpa_flash_fwd'] if res['fa2_vs_sdpa_flash_fwd'] is not None else '-'}**", "",
-             f"FA3 ({res.get('flash_attn_3') or '-'}) / cuDNN, forward (median): **{res.get('fa3_vs_cudnn_fwd') or '-'}**; "
-             f"FA3 / flash_attn (FA2), forward (median): **{res.get('fa3_vs_fa2_fwd') or '-'}**", "",
-             f"Command: `{res['command']}`", "",
-             "| shape | causal | pass | " + " | ".join(impl_names) + " |",
-             "|---|---|---|" + "---:|" * len(impl_names)]  # fmt: skip
+    lines = [
+        f"# Attention TFLOP/s on {res['device']}",
+        "",
+        f"torch {res['torch']}, flash_attn {res['flash_attn'] or '-'}, bf16. {res['flops_rule']}; "
+        f"{res['timing']}.",
+        "",
+        f"flash_attn / SDPA flash, forward (geomean): "
+        f"**{res['fa2_vs_sdpa_flash_fwd'] if res['fa2_vs_sdpa_flash_fwd'] is not None else '-'}**",
+        "",
+        f"FA3 ({res.get('flash_attn_3') or '-'}) / cuDNN, forward (median): **{res.get('fa3_vs_cudnn_fwd') or '-'}**; "
+        f"FA3 / flash_attn (FA2), forward (median): **{res.get('fa3_vs_fa2_fwd') or '-'}**",
+        "",
+        f"Command: `{res['command']}`",
+        "",
+        "| shape | causal | pass | " + " | ".join(impl_names) + " |",
+        "|---|---|---|" + "---:|" * len(impl_names),
+    ]
     keys = list(dict.fromkeys((r["shape"], r["causal"], r["pass"]) for r in res["rows"]))
     for shape, causal, pass_ in keys:
         cells = []

@@ -35,7 +35,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from attnforge.images.cuda_standin import STANDINS  # noqa: E402
+from attnforge.engine.backends.cuda_standin import STANDINS  # noqa: E402
 from attnforge.wheels.cudaelf import find_cuobjdump, wheel_cuda_code  # noqa: E402
 
 CELLS = {
@@ -72,8 +72,13 @@ class LoadSampler:
 
     def summary(self) -> dict[str, Any]:
         s = self.samples or [0.0]
-        return {"samples": len(s), "every_s": self._every, "mean": round(sum(s) / len(s), 2),
-                "max": round(max(s), 2), "min": round(min(s), 2)}  # fmt: skip
+        return {
+            "samples": len(s),
+            "every_s": self._every,
+            "mean": round(sum(s) / len(s), 2),
+            "max": round(max(s), 2),
+            "min": round(min(s), 2),
+        }
 
 
 def conditions(load: LoadSampler, start_load: tuple[float, float, float]) -> dict[str, Any]:
@@ -168,8 +173,9 @@ def check_wheel(wheel: Path, python: str, venv: Path, index_url: str | None) -> 
     if index_url:
         which = subprocess.run(
             [*attnforge, "which", "--python", vpy, "--index-url", index_url, "--profile", "fwd128", "--json"],
-            capture_output=True, text=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+        )
         data = json.loads(which.stdout) if which.stdout.strip().startswith("{") else {}
         picked = {k: data.get(k) for k in ("wheel", "variant", "command", "explanation")}
         out |= {"which_ok": which.returncode == 0 and data.get("wheel") == wheel.name, "which": picked}
@@ -180,8 +186,11 @@ def check_wheel(wheel: Path, python: str, venv: Path, index_url: str | None) -> 
 
 def serve(index: Path) -> tuple[subprocess.Popen[str], str]:
     """`attnforge serve INDEX --port 0`; returns the process and its URL."""
-    proc = subprocess.Popen([sys.executable, "-m", "attnforge.cli", "serve", str(index), "--port", "0"],
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnforge.cli", "serve", str(index), "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()  # "serving DIR at URL"
     return proc, line.rsplit(" ", 1)[-1]

@@ -74,8 +74,14 @@ def main() -> int:
     data[name] = facts
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    print(json.dumps({k: facts[k] for k in ("profile", "units", "sum_unit_s", "longest_unit_s", "cores",
-                                            "makespan_s", "ratio")}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                k: facts[k]
+                for k in ("profile", "units", "sum_unit_s", "longest_unit_s", "cores", "makespan_s", "ratio")
+            }
+        )
+    )
     return 0
 
 

@@ -79,8 +79,23 @@ def plan_cells(work: Path, targets: list[str]) -> list[dict[str, Any]]:
     """The valid cells of these targets (`attnforge plan --format json`)."""
     cells: list[dict[str, Any]] = []
     for target in targets:
-        out = subprocess.run([sys.executable, "-m", "attnforge.cli", "--matrix", str(work / "matrix.yaml"), "plan",
-                              "-t", target, "--format", "json"], check=True, capture_output=True, text=True).stdout  # fmt: skip
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "attnforge.cli",
+                "--matrix",
+                str(work / "matrix.yaml"),
+                "plan",
+                "-t",
+                target,
+                "--format",
+                "json",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         cells += [c for c in json.loads(out)["cells"] if c["valid"]]
     return cells
 
@@ -94,9 +109,18 @@ def make_venvs(work: Path, cache: Path, targets: list[str]) -> None:
         if name in seen:
             continue
         seen.add(name)
-        spec = BuildSpec(cell_id="venv", kernel="flash-attn", kernel_version="2.8.3", source=Source("/", "0"),
-                         python=cell["python"], torch=cell["torch"], torch_variant=cell["torch_variant"],
-                         build_dir=str(work / "x"), output_dir=str(work / "x"), venv_dir=str(cache / "venvs" / name))  # fmt: skip
+        spec = BuildSpec(
+            cell_id="venv",
+            kernel="flash-attn",
+            kernel_version="2.8.3",
+            source=Source("/", "0"),
+            python=cell["python"],
+            torch=cell["torch"],
+            torch_variant=cell["torch_variant"],
+            build_dir=str(work / "x"),
+            output_dir=str(work / "x"),
+            venv_dir=str(cache / "venvs" / name),
+        )
         info = ensure_venv(spec, Reporter(None), dict(os.environ))
         # the host-compiler probe is cached in the venv too: warm, like a venv used before
         choose_host_compiler(info["vpy"], Path(spec.venv_dir), dict(os.environ), Reporter(None))
@@ -111,8 +135,23 @@ def timed_build(work: Path, cache: Path, target: str) -> dict[str, Any]:
     log = work / f"build-{target}.log"
     start = time.monotonic()
     with log.open("w") as fh:
-        rc = subprocess.run([sys.executable, "-m", "attnforge.cli", "--matrix", str(work / "matrix.yaml"), "build",
-                             "-t", target, "--quiet", "--force"], env=env, stdout=fh, stderr=subprocess.STDOUT).returncode  # fmt: skip
+        rc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "attnforge.cli",
+                "--matrix",
+                str(work / "matrix.yaml"),
+                "build",
+                "-t",
+                target,
+                "--quiet",
+                "--force",
+            ],
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        ).returncode
     wall = time.monotonic() - start
     if rc != 0:
         raise SystemExit(f"build -t {target} failed ({rc}); log: {log}")
@@ -120,8 +159,15 @@ def timed_build(work: Path, cache: Path, target: str) -> dict[str, Any]:
     for m in sorted((work / "wheels").glob("*.manifest.json")):
         data = json.loads(m.read_text())
         b = data["build"]
-        cells.append({"cell": data["cell_id"], "wall_s": b["wall_s"], "units_compiled": b["units_compiled"],
-                      "units_reused": b["units_reused"], "max_jobs": b["max_jobs"]})  # fmt: skip
+        cells.append(
+            {
+                "cell": data["cell_id"],
+                "wall_s": b["wall_s"],
+                "units_compiled": b["units_compiled"],
+                "units_reused": b["units_reused"],
+                "max_jobs": b["max_jobs"],
+            }
+        )
     return {"wall_s": round(wall, 1), "cells": cells, "log": str(log)}
 
 

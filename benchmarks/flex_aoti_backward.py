@@ -34,9 +34,21 @@ MASKS = {"causal": {}, "sliding_window": {"window": 256}, "document": {}}
 
 
 def variant(device: str, mask: str) -> dict[str, Any]:
-    return {"name": f"{mask}-fwdbwd", "mask": mask, "window": None, "prefix": None, "score_mod": "none",
-            "softcap": None, "dtype": "bf16", "dynamic": False, "backward": True, "mode": "default",
-            "device": device, **SHAPE[device], **MASKS[mask]}  # fmt: skip
+    return {
+        "name": f"{mask}-fwdbwd",
+        "mask": mask,
+        "window": None,
+        "prefix": None,
+        "score_mod": "none",
+        "softcap": None,
+        "dtype": "bf16",
+        "dynamic": False,
+        "backward": True,
+        "mode": "default",
+        "device": device,
+        **SHAPE[device],
+        **MASKS[mask],
+    }
 
 
 def _allow_cpu_backward() -> None:
@@ -53,8 +65,11 @@ def build(v: dict[str, Any], dev: str, out: Path) -> dict[str, Any]:
     try:
         return {"ok": True, **aoti_train.build(v, dev, out / f"{v['name']}{aoti_train.FORWARD_SUFFIX}")}
     except Exception as exc:  # the probe reports where the approach stops
-        return {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:800]}",
-                "traceback": traceback.format_exc(limit=8)[-2500:]}  # fmt: skip
+        return {
+            "ok": False,
+            "error": f"{type(exc).__name__}: {str(exc)[:800]}",
+            "traceback": traceback.format_exc(limit=8)[-2500:],
+        }
 
 
 CHILD = r"""
@@ -103,8 +118,13 @@ print("@@" + json.dumps({"load_s": round(load_s, 4), "first_call_s": round(first
 
 def first_call(v: dict[str, Any], out: Path) -> dict[str, Any]:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(out / "ic"), "TRITON_CACHE_DIR": str(out / "tc")}
-    p = subprocess.run([sys.executable, "-c", CHILD, json.dumps(v), str(out), str(ROOT / "src")],
-                       capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(v), str(out), str(ROOT / "src")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     for line in p.stdout.splitlines():
         if line.startswith("@@"):
             return {"ok": True, **json.loads(line[2:])}

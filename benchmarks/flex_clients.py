@@ -42,32 +42,64 @@ CHILD = ROOT / "benchmarks" / "flex_clients_child.py"
 # per device: the client declarations (flex.clients), the model shapes the children build, the timed lengths
 PLANS: dict[str, dict[str, Any]] = {
     "cuda": {
-        "transformers": {"model": {"vocab": 1024, "hidden": 512, "layers": 2, "heads_q": 8, "heads_kv": 2, "batch": 2},
-                         "decl": {"buckets": [256, 512], "batches": [2], "training": True},
-                         "lengths": [(512, "declared"), (256, "second declared length"),
-                                     (384, "inside the 512 bucket (padded)"), (1024, "undeclared")]},
-        "diffusers": {"model": {"heads_q": 4, "head_dim": 64, "layers": 1, "single_layers": 2, "text_tokens": 64,
-                                "batch": 1},
-                      "decl": {"seq_lens": [512, 1024], "batches": [1], "training": False},
-                      "lengths": [(512, "declared"), (1024, "second declared length"), (768, "undeclared")]},
-        "torch": {"model": {"heads_q": 16, "heads_kv": 16, "head_dim": 128, "batch": 4},
-                  "decl": {"seq_lens": [1024, 2048], "batches": [4], "training": True},
-                  "lengths": [(1024, "declared"), (2048, "second declared length"), (1536, "undeclared")]},
+        "transformers": {
+            "model": {"vocab": 1024, "hidden": 512, "layers": 2, "heads_q": 8, "heads_kv": 2, "batch": 2},
+            "decl": {"buckets": [256, 512], "batches": [2], "training": True},
+            "lengths": [
+                (512, "declared"),
+                (256, "second declared length"),
+                (384, "inside the 512 bucket (padded)"),
+                (1024, "undeclared"),
+            ],
+        },
+        "diffusers": {
+            "model": {
+                "heads_q": 4,
+                "head_dim": 64,
+                "layers": 1,
+                "single_layers": 2,
+                "text_tokens": 64,
+                "batch": 1,
+            },
+            "decl": {"seq_lens": [512, 1024], "batches": [1], "training": False},
+            "lengths": [(512, "declared"), (1024, "second declared length"), (768, "undeclared")],
+        },
+        "torch": {
+            "model": {"heads_q": 16, "heads_kv": 16, "head_dim": 128, "batch": 4},
+            "decl": {"seq_lens": [1024, 2048], "batches": [4], "training": True},
+            "lengths": [(1024, "declared"), (2048, "second declared length"), (1536, "undeclared")],
+        },
     },
     "cpu": {
-        "transformers": {"model": {"vocab": 256, "hidden": 128, "layers": 2, "heads_q": 4, "heads_kv": 2, "batch": 2},
-                         "decl": {"buckets": [64, 128], "batches": [2], "training": False},
-                         "lengths": [(128, "declared"), (64, "second declared length"),
-                                     (100, "inside the 128 bucket (padded)"), (200, "undeclared")]},
-        "diffusers": {"model": {"heads_q": 2, "head_dim": 32, "layers": 1, "single_layers": 1, "text_tokens": 32,
-                                "batch": 1},
-                      "decl": {"seq_lens": [96, 160], "batches": [1], "training": False},
-                      "lengths": [(96, "declared"), (160, "second declared length"), (128, "undeclared")]},
-        "torch": {"model": {"heads_q": 4, "heads_kv": 4, "head_dim": 64, "batch": 1},
-                  "decl": {"seq_lens": [128, 256], "batches": [1], "training": False},
-                  "lengths": [(128, "declared"), (256, "second declared length"), (192, "undeclared")]},
+        "transformers": {
+            "model": {"vocab": 256, "hidden": 128, "layers": 2, "heads_q": 4, "heads_kv": 2, "batch": 2},
+            "decl": {"buckets": [64, 128], "batches": [2], "training": False},
+            "lengths": [
+                (128, "declared"),
+                (64, "second declared length"),
+                (100, "inside the 128 bucket (padded)"),
+                (200, "undeclared"),
+            ],
+        },
+        "diffusers": {
+            "model": {
+                "heads_q": 2,
+                "head_dim": 32,
+                "layers": 1,
+                "single_layers": 1,
+                "text_tokens": 32,
+                "batch": 1,
+            },
+            "decl": {"seq_lens": [96, 160], "batches": [1], "training": False},
+            "lengths": [(96, "declared"), (160, "second declared length"), (128, "undeclared")],
+        },
+        "torch": {
+            "model": {"heads_q": 4, "heads_kv": 4, "head_dim": 64, "batch": 1},
+            "decl": {"seq_lens": [128, 256], "batches": [1], "training": False},
+            "lengths": [(128, "declared"), (256, "second declared length"), (192, "undeclared")],
+        },
     },
-}  # fmt: skip
+}
 
 
 CLIENTS = ("transformers", "diffusers", "torch")
@@ -77,16 +109,40 @@ def declarations(device: str, clients: tuple[str, ...] = CLIENTS) -> dict[str, A
     """The ``flex.clients`` section this benchmark builds (for ``clients``)."""
     plan = PLANS[device]
     tm, dm, sm = (plan[c]["model"] for c in ("transformers", "diffusers", "torch"))
-    cfg = {"num_attention_heads": tm["heads_q"], "num_key_value_heads": tm["heads_kv"], "hidden_size": tm["hidden"],
-           "torch_dtype": "bfloat16"}  # fmt: skip
-    decls = {"clients": [
-        {"name": "llama-tiny", "client": "transformers", "config": cfg, "device": device, **plan["transformers"]["decl"]},
-        {"name": "flux-tiny", "client": "diffusers", "device": device, "dtype": "bf16",
-         "config": {"num_attention_heads": dm["heads_q"], "attention_head_dim": dm["head_dim"]},
-         **plan["diffusers"]["decl"]},
-        {"name": "script", "client": "torch", "device": device, "heads_q": sm["heads_q"], "heads_kv": sm["heads_kv"],
-         "head_dim": sm["head_dim"], **plan["torch"]["decl"]},
-    ]}  # fmt: skip
+    cfg = {
+        "num_attention_heads": tm["heads_q"],
+        "num_key_value_heads": tm["heads_kv"],
+        "hidden_size": tm["hidden"],
+        "torch_dtype": "bfloat16",
+    }
+    decls = {
+        "clients": [
+            {
+                "name": "llama-tiny",
+                "client": "transformers",
+                "config": cfg,
+                "device": device,
+                **plan["transformers"]["decl"],
+            },
+            {
+                "name": "flux-tiny",
+                "client": "diffusers",
+                "device": device,
+                "dtype": "bf16",
+                "config": {"num_attention_heads": dm["heads_q"], "attention_head_dim": dm["head_dim"]},
+                **plan["diffusers"]["decl"],
+            },
+            {
+                "name": "script",
+                "client": "torch",
+                "device": device,
+                "heads_q": sm["heads_q"],
+                "heads_kv": sm["heads_kv"],
+                "head_dim": sm["head_dim"],
+                **plan["torch"]["decl"],
+            },
+        ]
+    }
     return {"clients": [d for d in decls["clients"] if d["client"] in clients]}
 
 
@@ -105,8 +161,8 @@ class Log:
 
 def build(a: argparse.Namespace, log: Log) -> dict[str, Any]:
     """Build the declared variants and the wheel, install it into OUT/venv; writes OUT/build.json."""
-    from attnforge.flex.build import BuildOptions, build_and_package, failed
-    from attnforge.flex.spec import parse_variants
+    from attnforge.flex.aot_build import BuildOptions, build_and_package, failed
+    from attnforge.flex.flex_spec import parse_variants
     from attnforge.parity.venv import install, make_venv
 
     t0 = time.perf_counter()
@@ -114,13 +170,24 @@ def build(a: argparse.Namespace, log: Log) -> dict[str, Any]:
         v.as_dict() for v in parse_variants(declarations(a.device, a.clients), "benchmarks/flex_clients.py")
     ]
     log(f"build: {len(variants)} variants: {', '.join(v['name'] for v in variants)}")
-    opts = BuildOptions(out_dir=a.out_dir / "build", precompile=False, jobs=a.jobs, log=log,
-                        cache_key_log=a.out_dir / "cachekeys")  # fmt: skip
+    opts = BuildOptions(
+        out_dir=a.out_dir / "build",
+        precompile=False,
+        jobs=a.jobs,
+        log=log,
+        cache_key_log=a.out_dir / "cachekeys",
+    )
     manifest, wheel = build_and_package(variants, opts, a.out_dir / "dist")
-    info: dict[str, Any] = {"wheel": str(wheel) if wheel else None, "failed": failed(manifest),
-                            "aoti": {e["name"]: (e.get("aoti") or {}).get("ok") or (e.get("aoti") or {}).get("reason")
-                                     for e in manifest["variants"]},
-                            "env": manifest.get("env"), "build_s": None}  # fmt: skip
+    info: dict[str, Any] = {
+        "wheel": str(wheel) if wheel else None,
+        "failed": failed(manifest),
+        "aoti": {
+            e["name"]: (e.get("aoti") or {}).get("ok") or (e.get("aoti") or {}).get("reason")
+            for e in manifest["variants"]
+        },
+        "env": manifest.get("env"),
+        "build_s": None,
+    }
     if wheel is not None:
         venv = make_venv(a.out_dir / "venv")
         install(venv, [wheel])
@@ -131,16 +198,36 @@ def build(a: argparse.Namespace, log: Log) -> dict[str, Any]:
     return info
 
 
-def child(a: argparse.Namespace, python: str, client: str, mode: str, shape: dict[str, Any], extra: list[str],
-          timeout: float) -> dict[str, Any]:  # fmt: skip
+def child(
+    a: argparse.Namespace,
+    python: str,
+    client: str,
+    mode: str,
+    shape: dict[str, Any],
+    extra: list[str],
+    timeout: float,
+) -> dict[str, Any]:
     """One first step in a fresh process with empty compile caches; its JSON, or an ``error``."""
     cache = Path(tempfile.mkdtemp(prefix=f"fcl-{client}-{mode}-", dir=a.out_dir / "caches"))
     env = dict(
         os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), TRITON_CACHE_DIR=str(cache / "triton")
     )
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH")) if p)
-    cmd = [python, str(CHILD), "--client", client, "--mode", mode, "--shape", json.dumps(shape), "--device",
-           a.device, "--steady", str(a.steady), *extra]  # fmt: skip
+    cmd = [
+        python,
+        str(CHILD),
+        "--client",
+        client,
+        "--mode",
+        mode,
+        "--shape",
+        json.dumps(shape),
+        "--device",
+        a.device,
+        "--steady",
+        str(a.steady),
+        *extra,
+    ]
     if a.device == "cuda" and client != "diffusers":
         cmd.append("--train")
     try:
@@ -169,27 +256,46 @@ def _max_err(a_file: Path, b_file: Path) -> dict[str, float | None]:
     if not (a_file.is_file() and b_file.is_file()):
         return {"max_err": None}
     x, y = torch.load(a_file), torch.load(b_file)
-    got: dict[str, float | None] = {"max_err": float((x["out"] - y["out"]).abs().max()),
-                                    "out_max_abs": float(x["out"].abs().max())}  # fmt: skip
+    got: dict[str, float | None] = {
+        "max_err": float((x["out"] - y["out"]).abs().max()),
+        "out_max_abs": float(x["out"].abs().max()),
+    }
     if "grad" in x and "grad" in y:
         got["grad_max_err"] = float((x["grad"] - y["grad"]).abs().max())
         got["grad_max_abs"] = float(x["grad"].abs().max())
     return got
 
 
-def _row(client: str, path: str, shape: dict[str, Any], what: str, cold: dict[str, Any], warm: dict[str, Any],
-         errs: dict[str, float | None]) -> dict[str, Any]:  # fmt: skip
+def _row(
+    client: str,
+    path: str,
+    shape: dict[str, Any],
+    what: str,
+    cold: dict[str, Any],
+    warm: dict[str, Any],
+    errs: dict[str, float | None],
+) -> dict[str, Any]:
     declared = what != "undeclared"
     variants = ((warm.get("counters") or {}).get("stats") or {}).get("variants") or {}
     if path == "megacache" and declared:  # the script's Mega-Cache entry is the one built for this shape
         variants = {f"script-b{shape['batch']}-s{shape['seq_len']}": 1}
-    row = {"client": client, "path": path, "variant": ",".join(sorted(variants)) or None,
-           "shape": f"B{shape['batch']} S{shape['seq_len']}", "what": what, "declared": declared,
-           "cold_first_step_s": cold.get("first_step_s"), "warm_first_step_s": warm.get("first_step_s"),
-           "steady_step_s": warm.get("steady_step_s"), "cold_steady_step_s": cold.get("steady_step_s"),
-           "used": warm.get("used"), **errs, "warm_log": warm.get("log"),
-           "counters": {"cold": cold.get("counters"), "warm": warm.get("counters")},
-           "errors": [r["error"] for r in (cold, warm) if "error" in r]}  # fmt: skip
+    row = {
+        "client": client,
+        "path": path,
+        "variant": ",".join(sorted(variants)) or None,
+        "shape": f"B{shape['batch']} S{shape['seq_len']}",
+        "what": what,
+        "declared": declared,
+        "cold_first_step_s": cold.get("first_step_s"),
+        "warm_first_step_s": warm.get("first_step_s"),
+        "steady_step_s": warm.get("steady_step_s"),
+        "cold_steady_step_s": cold.get("steady_step_s"),
+        "used": warm.get("used"),
+        **errs,
+        "warm_log": warm.get("log"),
+        "counters": {"cold": cold.get("counters"), "warm": warm.get("counters")},
+        "errors": [r["error"] for r in (cold, warm) if "error" in r],
+    }
     if row["warm_first_step_s"] is not None and row["steady_step_s"] is not None:
         row["overhead_s"] = round(row["warm_first_step_s"] - row["steady_step_s"], 4)
         row["goal_met"] = row["overhead_s"] <= 0.5 if declared else None  # the goal is for declared shapes
@@ -206,12 +312,16 @@ def time_rows(a: argparse.Namespace, log: Log) -> dict[str, Any]:
     empty = a.out_dir / "empty-artifacts"
     empty.mkdir(exist_ok=True)
     res: dict[str, Any] = {
-        "device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu", "torch": torch.__version__,
-        "rows": [], "command": "python benchmarks/flex_clients.py " + " ".join(sys.argv[1:]),
-        "build": info, "declarations": declarations(a.device, a.clients), "steady_steps": a.steady,
+        "device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "rows": [],
+        "command": "python benchmarks/flex_clients.py " + " ".join(sys.argv[1:]),
+        "build": info,
+        "declarations": declarations(a.device, a.clients),
+        "steady_steps": a.steady,
         "timing": "first step = enable()/load() (warm) or nothing (cold) + the first step, synchronised; imports, "
-                  "model construction and inputs excluded; each in a fresh process with empty Inductor/Triton caches",
-    }  # fmt: skip
+        "model construction and inputs excluded; each in a fresh process with empty Inductor/Triton caches",
+    }
     out_file = a.out_dir / result_name(a.device)
     res["machine_load"] = {"loadavg_start": round(os.getloadavg()[0], 2), "cores": os.cpu_count()}
     t0 = time.perf_counter()
@@ -226,8 +336,15 @@ def time_rows(a: argparse.Namespace, log: Log) -> dict[str, Any]:
             tag = f"{client}-s{seq_len}"
             if left <= 0 or not venv:
                 why = "time budget spent" if left <= 0 else "no wheel was built"
-                res["rows"].append({"client": client, "shape": f"B{shape['batch']} S{seq_len}", "what": what,
-                                    "declared": what != "undeclared", "errors": [f"skipped: {why}"]})  # fmt: skip
+                res["rows"].append(
+                    {
+                        "client": client,
+                        "shape": f"B{shape['batch']} S{seq_len}",
+                        "what": what,
+                        "declared": what != "undeclared",
+                        "errors": [f"skipped: {why}"],
+                    }
+                )
                 log(f"{tag}: skipped ({why})")
                 continue
             cold_args = ["--save", str(saves / f"{tag}-cold.pt")]
@@ -250,8 +367,10 @@ def time_rows(a: argparse.Namespace, log: Log) -> dict[str, Any]:
                 if keys is not None:
                     row["megacache_keys"] = _key_diff(a.out_dir / "cachekeys", keys, shape, a.device)
                 res["rows"].append(row)
-                log(f"{tag}: {path} {warm.get('first_step_s')} s (steady {warm.get('steady_step_s')} s, used "
-                    f"{warm.get('used')}, max_err {errs.get('max_err')}) {warm.get('error', '')[:300]}")  # fmt: skip
+                log(
+                    f"{tag}: {path} {warm.get('first_step_s')} s (steady {warm.get('steady_step_s')} s, used "
+                    f"{warm.get('used')}, max_err {errs.get('max_err')}) {warm.get('error', '')[:300]}"
+                )
                 out_file.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
     res["time_s"] = round(time.perf_counter() - t0, 1)
     res["machine_load"]["loadavg_end"] = round(os.getloadavg()[0], 2)
@@ -288,9 +407,13 @@ def _key_diff(folder: Path, load: Path, shape: dict[str, Any], device: str) -> A
     if not (build.is_file() and load.is_file()):
         return {"error": f"missing {build.name if not build.is_file() else load.name}"}
     a, b = cachekeys.read(build), cachekeys.read(load)
-    return {"keys": [{k: r[k] for k in ("kind", "index", "same")} | {"differs": r["differs"][:8]}
-                     for r in cachekeys.diff(a, b)],
-            "load_log": [r["msg"][:300] for r in b if r["kind"] == "log"][:20]}  # fmt: skip
+    return {
+        "keys": [
+            {k: r[k] for k in ("kind", "index", "same")} | {"differs": r["differs"][:8]}
+            for r in cachekeys.diff(a, b)
+        ],
+        "load_log": [r["msg"][:300] for r in b if r["kind"] == "log"][:20],
+    }
 
 
 def bytecode(log: Log) -> None:
@@ -302,8 +425,11 @@ def bytecode(log: Log) -> None:
     if site is None:
         return
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", str(os.cpu_count() or 1), str(site)],
-                       capture_output=True, text=True)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", "-j", str(os.cpu_count() or 1), str(site)],
+        capture_output=True,
+        text=True,
+    )
     log(f"compileall {site}: exit {p.returncode} in {time.perf_counter() - t0:.1f} s {p.stderr[-300:]}")
 
 

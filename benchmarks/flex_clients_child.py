@@ -59,9 +59,15 @@ def transformers_step(a: argparse.Namespace, shape: dict[str, Any]) -> Client:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     dt = torch.bfloat16
-    cfg = LlamaConfig(vocab_size=shape["vocab"], hidden_size=shape["hidden"], intermediate_size=2 * shape["hidden"],
-                      num_hidden_layers=shape["layers"], num_attention_heads=shape["heads_q"],
-                      num_key_value_heads=shape["heads_kv"], max_position_embeddings=8192)  # fmt: skip
+    cfg = LlamaConfig(
+        vocab_size=shape["vocab"],
+        hidden_size=shape["hidden"],
+        intermediate_size=2 * shape["hidden"],
+        num_hidden_layers=shape["layers"],
+        num_attention_heads=shape["heads_q"],
+        num_key_value_heads=shape["heads_kv"],
+        max_position_embeddings=8192,
+    )
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg).to(a.device, dt)
     model.set_attn_implementation("flex_attention")
@@ -99,19 +105,34 @@ def diffusers_step(a: argparse.Namespace, shape: dict[str, Any]) -> Client:
     first = max(2, hd // 8 // 2 * 2)  # RoPE axes: even sizes summing to the head dim
     rope = [first, (hd - first) // 4 * 2, hd - first - (hd - first) // 4 * 2]
     torch.manual_seed(0)
-    model = FluxTransformer2DModel(patch_size=1, in_channels=16, num_layers=shape["layers"],
-                                   num_single_layers=shape["single_layers"], attention_head_dim=hd,
-                                   num_attention_heads=shape["heads_q"], joint_attention_dim=64,
-                                   pooled_projection_dim=64, axes_dims_rope=rope).to(a.device, dt).eval()  # fmt: skip
+    model = (
+        FluxTransformer2DModel(
+            patch_size=1,
+            in_channels=16,
+            num_layers=shape["layers"],
+            num_single_layers=shape["single_layers"],
+            attention_head_dim=hd,
+            num_attention_heads=shape["heads_q"],
+            joint_attention_dim=64,
+            pooled_projection_dim=64,
+            axes_dims_rope=rope,
+        )
+        .to(a.device, dt)
+        .eval()
+    )
     model.set_attention_backend("flex")
     g = torch.Generator().manual_seed(1)
     b = shape["batch"]
-    inp = {"hidden_states": torch.randn(b, img, 16, generator=g).to(a.device, dt),
-           "encoder_hidden_states": torch.randn(b, txt, 64, generator=g).to(a.device, dt),
-           "pooled_projections": torch.randn(b, 64, generator=g).to(a.device, dt),
-           "timestep": torch.full((b,), 0.5, device=a.device),
-           "img_ids": torch.stack([torch.zeros(img), torch.arange(img) // 32, torch.arange(img) % 32], 1).to(a.device),
-           "txt_ids": torch.zeros(txt, 3, device=a.device)}  # fmt: skip
+    inp = {
+        "hidden_states": torch.randn(b, img, 16, generator=g).to(a.device, dt),
+        "encoder_hidden_states": torch.randn(b, txt, 64, generator=g).to(a.device, dt),
+        "pooled_projections": torch.randn(b, 64, generator=g).to(a.device, dt),
+        "timestep": torch.full((b,), 0.5, device=a.device),
+        "img_ids": torch.stack([torch.zeros(img), torch.arange(img) // 32, torch.arange(img) % 32], 1).to(
+            a.device
+        ),
+        "txt_ids": torch.zeros(txt, 3, device=a.device),
+    }
 
     def step() -> Any:
         with torch.no_grad():
@@ -128,8 +149,10 @@ def torch_step(a: argparse.Namespace, shape: dict[str, Any]) -> Client:
     dt = torch.bfloat16
     g = torch.Generator().manual_seed(1)
     b, s, d = shape["batch"], shape["seq_len"], shape["head_dim"]
-    q, k, v = (torch.randn(b, h, s, d, generator=g).to(a.device, dt).requires_grad_(a.train)
-               for h in (shape["heads_q"], shape["heads_kv"], shape["heads_kv"]))  # fmt: skip
+    q, k, v = (
+        torch.randn(b, h, s, d, generator=g).to(a.device, dt).requires_grad_(a.train)
+        for h in (shape["heads_q"], shape["heads_kv"], shape["heads_kv"])
+    )
     go = torch.randn(b, shape["heads_q"], s, d, generator=g).to(a.device, dt)
     state: dict[str, Any] = {}
 
@@ -190,8 +213,11 @@ def _used(a: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         return "+".join(ran) or "none", {"stats": stats, **hits}
     if a.mode == "megacache":
         fx = hits.get("inductor", {})
-        return ("megacache" if fx.get("fxgraph_cache_hit") and not fx.get("fxgraph_cache_miss") else
-                "megacache-miss"), hits  # fmt: skip
+        return (
+            "megacache"
+            if fx.get("fxgraph_cache_hit") and not fx.get("fxgraph_cache_miss")
+            else "megacache-miss"
+        ), hits
     return "compile", hits
 
 
@@ -264,8 +290,18 @@ def main(argv: list[str] | None = None) -> int:
         step()
         _sync(a.device)
         times.append(time.perf_counter() - t1)
-    print(json.dumps({"first_step_s": round(first, 4), "used": used, "counters": counters, **(info or {}),
-                      "steady_step_s": round(statistics.median(times), 5) if times else None}), flush=True)  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "first_step_s": round(first, 4),
+                "used": used,
+                "counters": counters,
+                **(info or {}),
+                "steady_step_s": round(statistics.median(times), 5) if times else None,
+            }
+        ),
+        flush=True,
+    )
     return 0
 
 

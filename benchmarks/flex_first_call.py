@@ -29,7 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from attnforge.flex.build import BuildOptions, build_variants, precompile_variant, run_worker  # noqa: E402
+from attnforge.flex.aot_build import BuildOptions, build_variants, precompile_variant, run_worker  # noqa: E402
 
 MASKS = {
     "causal": {"mask": "causal"},
@@ -47,9 +47,22 @@ def variants(device: str, masks: list[str]) -> list[dict[str, Any]]:
     modes = ("fwd", "fwd+bwd") if device == "cuda" else ("fwd",)
     for m in masks:
         for mode in modes:
-            out.append({"name": f"{m}-{mode.replace('+', '')}", "window": None, "prefix": None, "score_mod": "none",
-                        "softcap": None, "dtype": "bf16", "dynamic": False, "backward": mode == "fwd+bwd",
-                        "mode": "default", "device": device, **SHAPE[device], **MASKS[m]})  # fmt: skip
+            out.append(
+                {
+                    "name": f"{m}-{mode.replace('+', '')}",
+                    "window": None,
+                    "prefix": None,
+                    "score_mod": "none",
+                    "softcap": None,
+                    "dtype": "bf16",
+                    "dynamic": False,
+                    "backward": mode == "fwd+bwd",
+                    "mode": "default",
+                    "device": device,
+                    **SHAPE[device],
+                    **MASKS[m],
+                }
+            )
     return out
 
 
@@ -85,15 +98,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--reuse", action="store_true", help="time the artifacts a --build-only run left in --work"
     )
-    ap.add_argument("--precompile-again", action="store_true",
-                    help="with --reuse: redo only the precompiled functions in --work, time nothing")  # fmt: skip
-    ap.add_argument("--compile-threads", type=int, default=None,
-                    help="TORCHINDUCTOR_COMPILE_THREADS for the timed processes (1: no compile worker pool)")  # fmt: skip
-    ap.add_argument("--steady", type=int, default=20,
-                    help="after the first call, time this many more in the same process (median: steady_ms)")  # fmt: skip
-    ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
-                    help="with --reuse: profile (cProfile) the first call of the first variant of the last "
-                         "mode in each path, one text file per path in DIR; times nothing else")  # fmt: skip
+    ap.add_argument(
+        "--precompile-again",
+        action="store_true",
+        help="with --reuse: redo only the precompiled functions in --work, time nothing",
+    )
+    ap.add_argument(
+        "--compile-threads",
+        type=int,
+        default=None,
+        help="TORCHINDUCTOR_COMPILE_THREADS for the timed processes (1: no compile worker pool)",
+    )
+    ap.add_argument(
+        "--steady",
+        type=int,
+        default=20,
+        help="after the first call, time this many more in the same process (median: steady_ms)",
+    )
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="with --reuse: profile (cProfile) the first call of the first variant of the last "
+        "mode in each path, one text file per path in DIR; times nothing else",
+    )
     a = ap.parse_args(argv)
     if a.compile_threads is not None:
         os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(a.compile_threads)
@@ -115,16 +144,22 @@ def main(argv: list[str] | None = None) -> int:
         if a.profile:
             return profile_paths(vs[-1], entries[vs[-1]["name"]], work, a.profile)
     else:
-        opts = BuildOptions(out_dir=work / "build", aoti=not a.no_aoti, precompile=pre, jobs=a.jobs,
-                            aoti_probe=False)  # fmt: skip
+        opts = BuildOptions(
+            out_dir=work / "build", aoti=not a.no_aoti, precompile=pre, jobs=a.jobs, aoti_probe=False
+        )
         # fwd and fwd+bwd variants apart (fwd+bwd AOTInductor: a forward and a backward package; GPU only)
         fwd = [v for v in vs if not v["backward"]]
         bwd = [v for v in vs if v["backward"]]
         man = build_variants(fwd, opts)
         entries = {e["name"]: e for e in man["variants"]}
         if bwd:
-            opts_b = BuildOptions(out_dir=work / "build-bwd", aoti=not a.no_aoti and a.device == "cuda", precompile=pre, jobs=a.jobs,
-                                  aoti_probe=False)  # fmt: skip
+            opts_b = BuildOptions(
+                out_dir=work / "build-bwd",
+                aoti=not a.no_aoti and a.device == "cuda",
+                precompile=pre,
+                jobs=a.jobs,
+                aoti_probe=False,
+            )
             entries |= {e["name"]: e for e in build_variants(bwd, opts_b)["variants"]}
         (work / "build-manifests.json").write_text(
             json.dumps(entries, indent=1, default=str), encoding="utf-8"
@@ -175,9 +210,12 @@ def main(argv: list[str] | None = None) -> int:
             "steady_vs_cold": steady_ratios(timed),
         }
         rows.append(row)
-        notes = {"megacache_hits": (mega.get("counters") or {}), "aoti": ao.get("reason") or "ok",
-                 "precompiled": pc.get("reason") or "ok",
-                 "errors": [f"{k}: {r.get('error')}" for k, r in timed.items() if r and not r.get("ok")]}  # fmt: skip
+        notes = {
+            "megacache_hits": (mega.get("counters") or {}),
+            "aoti": ao.get("reason") or "ok",
+            "precompiled": pc.get("reason") or "ok",
+            "errors": [f"{k}: {r.get('error')}" for k, r in timed.items() if r and not r.get("ok")],
+        }
         print(json.dumps(row), json.dumps(notes)[:600], flush=True)
         res = write(a.out, device, torch.__version__, rows, a.device, load0)  # partial results survive
     res = write(a.out, device, torch.__version__, rows, a.device, load0)
@@ -193,8 +231,12 @@ def profile_paths(v: dict[str, Any], entry: dict[str, Any], work: Path, out: Pat
     """One profiled first call per path (cold, Mega-Cache, precompiled, AOTInductor) of the variant ``v``:
     where a cached first call spends its time (``<variant>-<path>.txt`` in ``out``)."""
     out.mkdir(parents=True, exist_ok=True)
-    for mode, key in (("cold", None), ("megacache", "megacache"), ("precompiled", "precompiled"),
-                      ("aoti", "aoti")):  # fmt: skip
+    for mode, key in (
+        ("cold", None),
+        ("megacache", "megacache"),
+        ("precompiled", "precompiled"),
+        ("aoti", "aoti"),
+    ):
         art = (entry.get(key) or {}) if key else {}
         if key and not (art.get("file") and art.get("ok", True)):
             continue

@@ -62,8 +62,13 @@ def timed(python: Path | str, mode: str, spec: dict[str, Any], work: Path) -> di
     )
     # the child imports attnforge's runtime for the inputs and the reference (the wheel's loader is separate)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH")) if p)
-    p = subprocess.run([str(python), "-c", CHILD, mode, json.dumps(spec)], capture_output=True, text=True,
-                       env=env, timeout=900)  # fmt: skip
+    p = subprocess.run(
+        [str(python), "-c", CHILD, mode, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     if p.returncode != 0:
         return {"error": p.stderr[-1500:]}
     return dict(json.loads(p.stdout.strip().splitlines()[-1]))
@@ -85,18 +90,28 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     dev = manifest["env"].get("device", "cuda")
-    res: dict[str, Any] = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
-                           "torch": torch.__version__, "wheel": wheel.name, "rows": [],
-                           "command": "python benchmarks/flex_wheel_first_call.py " + " ".join(sys.argv[1:])}  # fmt: skip
+    res: dict[str, Any] = {
+        "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "wheel": wheel.name,
+        "rows": [],
+        "command": "python benchmarks/flex_wheel_first_call.py " + " ".join(sys.argv[1:]),
+    }
     for e in manifest["variants"]:
         spec = e["spec"]
         if (a.only and spec["name"] not in a.only) or not e.get("megacache"):
             continue
         cold = timed(sys.executable, "cold", spec, work)
         got = timed(vpy, "wheel", spec, work)
-        row = {"variant": spec["name"], "mode": "fwd+bwd" if spec.get("backward") else "fwd",
-               "cold_s": _s(cold), "wheel_s": _s(got), "used": got.get("used"), "max_err": got.get("max_err"),
-               "errors": [r["error"] for r in (cold, got) if "error" in r]}  # fmt: skip
+        row = {
+            "variant": spec["name"],
+            "mode": "fwd+bwd" if spec.get("backward") else "fwd",
+            "cold_s": _s(cold),
+            "wheel_s": _s(got),
+            "used": got.get("used"),
+            "max_err": got.get("max_err"),
+            "errors": [r["error"] for r in (cold, got) if "error" in r],
+        }
         res["rows"].append(row)
         print(json.dumps(row)[:800], flush=True)
         a.out.parent.mkdir(parents=True, exist_ok=True)

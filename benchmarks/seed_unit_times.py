@@ -29,9 +29,20 @@ def rows_from_table(table: dict[str, Any], machine: str, source: str) -> list[di
     rows = []
     for key, row in sorted(table.get("units", {}).items()):
         kernel, version, toolkit, unit, arches, flags = key.split("/")
-        rows.append({"machine": machine, "kernel": kernel, "version": version, "toolkit": toolkit, "unit": unit,
-                     "arches": int(arches[1:]), "flags": flags, "s": row["s"],
-                     "peak_rss_gb": row.get("peak_rss_gb"), "source": f"{source} (runs {row.get('runs')})"})  # fmt: skip
+        rows.append(
+            {
+                "machine": machine,
+                "kernel": kernel,
+                "version": version,
+                "toolkit": toolkit,
+                "unit": unit,
+                "arches": int(arches[1:]),
+                "flags": flags,
+                "s": row["s"],
+                "peak_rss_gb": row.get("peak_rss_gb"),
+                "source": f"{source} (runs {row.get('runs')})",
+            }
+        )
     return rows
 
 
@@ -44,8 +55,15 @@ def table_from_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
     flags = flags_of(disabled_from_flags(list(inputs.get("profile_flags") or [])))
     with tempfile.TemporaryDirectory() as tmp:
         table = UnitTimeTable(Path(tmp) / "unit_times.json")
-        table.record(manifest["kernel"], manifest["kernel_version"], inputs["toolkit"], len(inputs["arches"]),
-                     flags, times, "manifest")  # fmt: skip
+        table.record(
+            manifest["kernel"],
+            manifest["kernel_version"],
+            inputs["toolkit"],
+            len(inputs["arches"]),
+            flags,
+            times,
+            "manifest",
+        )
         return {"units": table.measured}
 
 
@@ -77,8 +95,12 @@ def main() -> int:
         (r["machine"], r["kernel"], r["version"], r["toolkit"], r["unit"], r["arches"], r["flags"])
         for r in new
     }
-    kept = [r for r in seed["units"]
-            if (r["machine"], r["kernel"], r["version"], r["toolkit"], r["unit"], r["arches"], r["flags"]) not in keys]  # fmt: skip
+    kept = [
+        r
+        for r in seed["units"]
+        if (r["machine"], r["kernel"], r["version"], r["toolkit"], r["unit"], r["arches"], r["flags"])
+        not in keys
+    ]
     seed["units"] = kept + new
     write_seed(seed, args.seed)
     print(f"{len(new)} row(s) for {args.machine} in {args.seed} ({len(seed['units'])} in all)")

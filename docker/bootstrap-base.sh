@@ -1,7 +1,7 @@
 #!/bin/sh
 # Make a local Debian base image without a registry: debootstrap + docker import (needs root).
 # Usage: docker/bootstrap-base.sh [TAG] [SUITE] [MIRROR]   (default local/debian:bookworm bookworm deb.debian.org)
-# Idempotent: an existing TAG is left alone. The Python equivalent is attnforge.images.bootstrap.
+# Idempotent: an existing TAG is left alone. The Python equivalent is attnforge.engine.backends.debian_base.
 set -eu
 TAG=${1:-local/debian:bookworm}
 SUITE=${2:-bookworm}

@@ -7,7 +7,7 @@
 # There is deliberately no "# syntax=" line: it would pull a frontend image from Docker Hub.
 #
 # BASE_IMAGE  an nvidia/cuda:<ver>-devel-<os> image (CUDA_FROM=base) or a plain Debian/Ubuntu image
-#             (CUDA_FROM=pypi), e.g. one made by attnforge.images.bootstrap for air-gapped sites.
+#             (CUDA_FROM=pypi), e.g. one made by attnforge.engine.backends.debian_base for air-gapped sites.
 # CUDA_FROM   pypi: install nvcc, cudart, cccl, crt and nvvm from PyPI wheels (CUDA >= 13; the -cu12
 #             wheels carry no nvcc) into /opt/cuda-pypi and expose it as /usr/local/cuda.
 #             base: trust the base image's /usr/local/cuda (nvidia/cuda:<ver>-devel, or attnforge's local

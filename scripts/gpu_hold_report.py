@@ -16,8 +16,8 @@ from pathlib import Path
 
 
 def kernel_set_key(python: str, profile: str) -> str:
-    from attnforge.commands.build import environment_build
-    from attnforge.project import Project
+    from attnforge.cli.commands.build import environment_build
+    from attnforge.matrix.project import Project
 
     _, cells = environment_build(Project(Path("matrix.yaml")), python, None, [], profile, ["sm_90"])
     return cells[0].kernel_set_key

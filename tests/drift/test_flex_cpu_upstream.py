@@ -87,8 +87,15 @@ def test_transformers_llama_flex_attention_on_cpu_equals_eager() -> None:
     ``attn_implementation="flex_attention"`` against ``"eager"``."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)  # fmt: skip
+    cfg = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
     model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
     ids = torch.randint(0, 128, (2, 40), generator=torch.Generator().manual_seed(40))
     with torch.no_grad():

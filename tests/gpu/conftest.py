@@ -54,8 +54,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     import torch
 
-    from attnforge.parity.report import Report
-    from attnforge.parity.runner import device_name
+    from attnforge.parity.parity_report import Report
+    from attnforge.parity.parity_run import device_name
 
     rep = Report(
         device_name(), torch.__version__, os.environ.get("ATTNFORGE_PARITY_WHEEL"), None, list(_RESULTS)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from attnforge.parity.cases import Case, flash_cases
-from attnforge.parity.report import FAILED, SKIPPED
+from attnforge.parity.parity_report import FAILED, SKIPPED
 
 from .conftest import flash_profile
 

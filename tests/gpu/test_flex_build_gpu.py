@@ -7,13 +7,28 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.flex.build import BuildOptions, build_variants, run_worker
+from attnforge.flex.aot_build import BuildOptions, build_variants, run_worker
 
 pytestmark = pytest.mark.gpu
 
-VARIANT = {"name": "causal-bf16", "mask": "causal", "window": None, "prefix": None, "score_mod": "none",
-           "softcap": None, "dtype": "bf16", "head_dim": 128, "heads_q": 8, "heads_kv": 8, "seq_len": 1024,
-           "batch": 2, "dynamic": False, "backward": True, "mode": "default", "device": "cuda"}  # fmt: skip
+VARIANT = {
+    "name": "causal-bf16",
+    "mask": "causal",
+    "window": None,
+    "prefix": None,
+    "score_mod": "none",
+    "softcap": None,
+    "dtype": "bf16",
+    "head_dim": 128,
+    "heads_q": 8,
+    "heads_kv": 8,
+    "seq_len": 1024,
+    "batch": 2,
+    "dynamic": False,
+    "backward": True,
+    "mode": "default",
+    "device": "cuda",
+}
 
 
 def test_megacache_round_trip(tmp_path: Path) -> None:
@@ -24,8 +39,14 @@ def test_megacache_round_trip(tmp_path: Path) -> None:
     cold = run_worker(
         sys.executable, "first-call", VARIANT, ["--mode", "cold", "--backward"], tmp_path / "c1", 600
     )
-    warm = run_worker(sys.executable, "first-call", VARIANT, ["--mode", "megacache", "--artifact", str(art), "--backward"],
-                      tmp_path / "c2", 600)  # fmt: skip
+    warm = run_worker(
+        sys.executable,
+        "first-call",
+        VARIANT,
+        ["--mode", "megacache", "--artifact", str(art), "--backward"],
+        tmp_path / "c2",
+        600,
+    )
     assert cold["ok"] and warm["ok"], (cold, warm)
     assert warm["counters"]["inductor"].get("fxgraph_cache_hit", 0) >= 1
     assert warm["seconds"] < cold["seconds"]

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from attnforge.parity.report import FAILED, SKIPPED
+from attnforge.parity.parity_report import FAILED, SKIPPED
 
 pytestmark = pytest.mark.gpu
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
+from attnforge.core.pins import cpu_torch
 from attnforge.images.localindex import LocalIndexServer, Sources
 from attnforge.images.standin import standin_torch_version
-from attnforge.pins import cpu_torch
 
 ROOT = Path(__file__).resolve().parents[2]
 MINI = ROOT / "tests" / "integration" / "data" / "mini_flash_attn"
@@ -58,9 +58,23 @@ def download_packages(dest: Path) -> Path:
     """`pip download` of PACKAGES and their dependencies for the images' Python and platform into `dest`,
     through the test's own pip (its configuration and cache, as on a user's machine)."""
     nodot = IMAGE_PYTHON.replace(".", "")
-    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-           "--dest", str(dest), "--only-binary=:all:", "--python-version", IMAGE_PYTHON,
-           "--implementation", "cp", "--abi", f"cp{nodot}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--dest",
+        str(dest),
+        "--only-binary=:all:",
+        "--python-version",
+        IMAGE_PYTHON,
+        "--implementation",
+        "cp",
+        "--abi",
+        f"cp{nodot}",
+    ]
     for plat in PLATFORMS:
         cmd += ["--platform", plat]
     proc = subprocess.run([*cmd, *PACKAGES], capture_output=True, text=True, check=False)
@@ -104,8 +118,20 @@ def mini_wheels(out: Path, standin: str, variants: dict[str, tuple[str, list[str
         )
         + f" chown -R {os.getuid()} /out"
     )
-    docker("run", "--rm", "--network", "none", "-v", f"{MINI}:/src:ro", "-v", f"{out}:/out", standin,
-           "bash", "-c", script)  # fmt: skip
+    docker(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "-v",
+        f"{MINI}:/src:ro",
+        "-v",
+        f"{out}:/out",
+        standin,
+        "bash",
+        "-c",
+        script,
+    )
     for wheel in sorted(out.glob("flash_attn-*.whl")):
         local = next(lv for lv in variants if lv.lower() in wheel.name.lower())
         manifest = _manifest(wheel, local, *variants[local])

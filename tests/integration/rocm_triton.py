@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from attnforge.builder.files import sha256_file as sha256_of
-from attnforge.pins import cpu_torch
+from attnforge.core.pins import cpu_torch
 
 from .test_builder import fa_sdist
 
@@ -72,9 +72,13 @@ def flash_attention_env(**extra: str) -> dict[str, str]:
 def import_flash_attn(python: Path, cwd: Path) -> dict[str, Any]:
     """Run IMPORT with `python` in `cwd`, FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE; the JSON it printed."""
     proc = subprocess.run(
-        [str(python), "-W", "ignore", "-c", IMPORT], capture_output=True, text=True, check=False, cwd=cwd,
+        [str(python), "-W", "ignore", "-c", IMPORT],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
         env=flash_attention_env(FLASH_ATTENTION_TRITON_AMD_ENABLE="TRUE"),
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     info: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return info

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnforge.images.cuda_standin import STANDINS
+from attnforge.engine.backends.cuda_standin import STANDINS
 from attnforge.wheels.cudaelf import find_cuobjdump, wheel_cuda_code
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -83,8 +83,11 @@ def test_second_python_links_the_saved_kernel_objects(
     assert isinstance(build, dict)
     assert build["units_total"] == 5 and build["units_compiled"] == 1  # flash_api.cpp only
     log = (wheels / "logs" / f"{CELL.format(cp='cp312')}.log").read_text()
-    sources = [json.loads(ln.strip()[len("@@attnforge ") :]) for ln in log.splitlines()
-               if ln.strip().startswith('@@attnforge {"event": "sources"')]  # fmt: skip
+    sources = [
+        json.loads(ln.strip()[len("@@attnforge ") :])
+        for ln in log.splitlines()
+        if ln.strip().startswith('@@attnforge {"event": "sources"')
+    ]
     assert sources and len(sources[-1]["prebuilt"]) == 4, sources[-1:]
 
 
@@ -98,8 +101,11 @@ def test_cubins_are_sm80_and_sm90_from_nvcc_12_4(
     tools = Path(os.environ.get("ATTNFORGE_TEST_CACHE", tmp_path_factory.mktemp("tools"))) / "tools"
     cuobjdump = find_cuobjdump(tools)
     for cp in ("cp311", "cp312"):
-        code = [c for c in wheel_cuda_code(wheels / str(manifests[CELL.format(cp=cp)]["wheel"]), cuobjdump)
-                if c.library.startswith("flash_attn_2_cuda")]  # fmt: skip
+        code = [
+            c
+            for c in wheel_cuda_code(wheels / str(manifests[CELL.format(cp=cp)]["wheel"]), cuobjdump)
+            if c.library.startswith("flash_attn_2_cuda")
+        ]
         assert len(code) == 1
         ext = code[0]
         assert ext.arches == ["sm_80", "sm_90"] and ext.cubins == 8, ext  # 4 kernel units x 2 arches
@@ -120,8 +126,12 @@ def test_wheel_imports_beside_torch_2_6_and_doctor_passes(
     venv = tmp_path / "venv"
     subprocess.run([str(interpreter[-1]), "-m", "venv", str(venv)], check=True)
     wheel = wheels / str(manifests[CELL.format(cp=cp)]["wheel"])
-    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "torch==2.6.0", str(wheel)],
-                         capture_output=True, text=True, timeout=2400)  # fmt: skip
+    pip = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", "torch==2.6.0", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=2400,
+    )
     assert pip.returncode == 0, pip.stderr[-2000:]
     code = "import torch, flash_attn, flash_attn_2_cuda; print(torch.__version__, flash_attn.__version__)"
     probe = subprocess.run(
@@ -136,11 +146,11 @@ def test_wheel_imports_beside_torch_2_6_and_doctor_passes(
 def test_trixie_builder_image_gets_gxx_13_and_the_builder_picks_it(tmp_path: Path) -> None:
     """No compile: on a trixie base (g++ 14, newer than CUDA 12.4's gcc <= 13) the builder image gets g++-13
     (HOST_GCC) and builder/compiler.gcc_for_toolkit chooses it. The trixie stand-in is a local STAND-IN too."""
-    from attnforge.backends.docker import BUILDER_DIR, DockerBackend
+    from attnforge.engine.backends.cuda_standin import ensure_cuda_standin
+    from attnforge.engine.backends.docker import BUILDER_DIR, DockerBackend
     from attnforge.engine.progress import ProgressView
-    from attnforge.images.cuda_standin import ensure_cuda_standin
     from attnforge.matrix.cell import Toolkit
-    from attnforge.project import Project
+    from attnforge.matrix.project import Project
 
     tag = "attnforge-standin/cuda:12.4.1-devel-debian13"
     ensure_cuda_standin("12.4", base="local/debian:trixie", tag=tag, log_path=tmp_path / "standin.log")
@@ -156,8 +166,12 @@ def test_trixie_builder_image_gets_gxx_13_and_the_builder_picks_it(tmp_path: Pat
         "print(gcc_for_toolkit(13, dict(os.environ), Reporter(None))['cxx'])\n"
     )
     mount = f"{BUILDER_DIR}:/opt/b/builder:ro"
-    proc = subprocess.run(["/usr/bin/docker", "run", "--rm", "-v", mount, image, "python3", "-c", code],
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        ["/usr/bin/docker", "run", "--rm", "-v", mount, image, "python3", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "c++ is gcc 14, newer than the toolkit accepts (gcc <= 13): using g++-13" in proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == "/usr/bin/g++-13"

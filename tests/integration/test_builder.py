@@ -37,10 +37,10 @@ from attnforge.builder.report import Reporter
 from attnforge.builder.source import prepare_tree
 from attnforge.builder.spec import BuildSpec, Source
 from attnforge.builder.torchenv import variant_mismatch
+from attnforge.core.errors import EnvironmentProblem
+from attnforge.engine.backends.debian_base import bootstrap_debian_base, image_exists
 from attnforge.engine.sources import _download as download
-from attnforge.errors import EnvironmentProblem
-from attnforge.images.bootstrap import bootstrap_debian_base, image_exists
-from attnforge.matrix.lock import sdist_url
+from attnforge.matrix.source_lock import sdist_url
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILDER_PKG = ROOT / "src" / "attnforge" / "builder"
@@ -339,9 +339,20 @@ def test_ninja_parser_classifies_kills_and_errors() -> None:
 
 
 def test_spec_round_trips_and_names_what_is_wrong(tmp_path: Path) -> None:
-    spec = BuildSpec(cell_id="c", kernel="flash-attn", kernel_version="2.8.3", source=Source("/s/fa.tar.gz", "ab"),
-                     python="3.11", torch="2.14.1", build_dir="/b", venv_dir="/v", output_dir="/o",
-                     arches=["sm_90"], disable=["backward", "dropout"], head_dims=[128])  # fmt: skip
+    spec = BuildSpec(
+        cell_id="c",
+        kernel="flash-attn",
+        kernel_version="2.8.3",
+        source=Source("/s/fa.tar.gz", "ab"),
+        python="3.11",
+        torch="2.14.1",
+        build_dir="/b",
+        venv_dir="/v",
+        output_dir="/o",
+        arches=["sm_90"],
+        disable=["backward", "dropout"],
+        head_dims=[128],
+    )
     path = tmp_path / "spec.json"
     path.write_text(spec.dumps())
     assert BuildSpec.load(path) == spec
@@ -372,8 +383,17 @@ def test_torch_variant_is_checked() -> None:
 
 
 def test_kernel_object_identity_leaves_out_torch_only_for_torch_free_kernels() -> None:
-    base = BuildSpec(cell_id="c", kernel="flash-attn", kernel_version="2.8.3", source=Source("/s", FA_SHA256),
-                     python="3.11", torch="2.14.1", build_dir="/b", venv_dir="/v", output_dir="/o")  # fmt: skip
+    base = BuildSpec(
+        cell_id="c",
+        kernel="flash-attn",
+        kernel_version="2.8.3",
+        source=Source("/s", FA_SHA256),
+        python="3.11",
+        torch="2.14.1",
+        build_dir="/b",
+        venv_dir="/v",
+        output_dir="/o",
+    )
     here = {"nvcc": "13.0.88", "torch": "2.14.1+cu130"}
     there = {"nvcc": "13.0.48", "torch": "2.11.0+cu130"}  # another torch and nvcc 13.0 release
     free = base.replace(patches=["torch-free-kernels"])
@@ -409,9 +429,21 @@ def test_setup_hook_filters_kernel_units() -> None:
 def test_patches_apply_to_flash_attn_2_8_3(tmp_path: Path) -> None:
     sdist = fa_sdist()
     assert sdist is not None
-    spec = BuildSpec(cell_id="c", kernel="flash-attn", kernel_version="2.8.3", source=Source(str(sdist), FA_SHA256),
-                     python="3.11", torch="2.14.1", build_dir=str(tmp_path), venv_dir="/v", output_dir="/o",
-                     patches=["cxx20"], head_dims=[128], dtypes=["bf16"], disable=["backward"])  # fmt: skip
+    spec = BuildSpec(
+        cell_id="c",
+        kernel="flash-attn",
+        kernel_version="2.8.3",
+        source=Source(str(sdist), FA_SHA256),
+        python="3.11",
+        torch="2.14.1",
+        build_dir=str(tmp_path),
+        venv_dir="/v",
+        output_dir="/o",
+        patches=["cxx20"],
+        head_dims=[128],
+        dtypes=["bf16"],
+        disable=["backward"],
+    )
     names = resolve_patches(spec)
     assert names == ["cxx20", "setup-hooks", "dispatch-subset"]
     tree = prepare_tree(spec, sdist, names, Reporter(None))

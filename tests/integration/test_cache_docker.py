@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from attnforge.cache import docker as docker_items
+from attnforge.cache import docker_items
 
 DOCKER = "/usr/bin/docker"
 Run = Callable[..., tuple[int, str, str]]

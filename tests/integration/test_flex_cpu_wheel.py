@@ -16,14 +16,29 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from attnforge.flex.build import BuildOptions, build_and_package, build_variants  # noqa: E402
+from attnforge.flex.aot_build import BuildOptions, build_and_package, build_variants  # noqa: E402
 from attnforge.parity.venv import install, make_venv  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-VARIANT = {"name": "cpu-causal-bf16", "mask": "causal", "window": None, "prefix": None, "score_mod": "none",
-           "softcap": None, "dtype": "bf16", "head_dim": 64, "heads_q": 4, "heads_kv": 4, "seq_len": 256, "batch": 1,
-           "dynamic": False, "backward": False, "mode": "default", "device": "cpu"}  # fmt: skip
+VARIANT = {
+    "name": "cpu-causal-bf16",
+    "mask": "causal",
+    "window": None,
+    "prefix": None,
+    "score_mod": "none",
+    "softcap": None,
+    "dtype": "bf16",
+    "head_dim": 64,
+    "heads_q": 4,
+    "heads_kv": 4,
+    "seq_len": 256,
+    "batch": 1,
+    "dynamic": False,
+    "backward": False,
+    "mode": "default",
+    "device": "cpu",
+}
 
 FIRST_CALL = """
 import json, sys, time, warnings
@@ -97,10 +112,12 @@ def test_wheel_holds_loader_artifacts_and_versions(built: dict) -> None:
 def test_installed_wheel_loads_its_precompiled_function(built: dict) -> None:
     # attnforge cannot be imported in that process (blocked in sys.modules, whatever the machine's Python has
     # installed; no PYTHONPATH to the sources): the saved guards must name the wheel's modules
-    code = ("import sys; sys.modules['attnforge'] = None; import attnforge_flex, json; "
-            "fn = attnforge_flex.precompiled_function('cpu-causal-bf16'); "
-            "print(json.dumps({'pre': fn is not None, 'from': attnforge_flex.__file__, "
-            "'attnforge': any(m == 'attnforge' or m.startswith('attnforge.') for m, v in sys.modules.items() if v)}))")  # fmt: skip
+    code = (
+        "import sys; sys.modules['attnforge'] = None; import attnforge_flex, json; "
+        "fn = attnforge_flex.precompiled_function('cpu-causal-bf16'); "
+        "print(json.dumps({'pre': fn is not None, 'from': attnforge_flex.__file__, "
+        "'attnforge': any(m == 'attnforge' or m.startswith('attnforge.') for m, v in sys.modules.items() if v)}))"
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["TORCHINDUCTOR_CACHE_DIR"] = str(built["root"] / "cache-pre")
     p = subprocess.run([str(built["venv"]), "-c", code], capture_output=True, text=True, timeout=600, env=env)
@@ -123,8 +140,12 @@ def test_loaded_first_call_is_faster_than_cold(built: dict) -> None:
 
 def test_stale_artifacts_warn_and_still_compute(built: dict) -> None:
     venv: Path = built["venv"]
-    site = subprocess.run([str(venv), "-c", "import attnforge_flex, os; print(os.path.dirname(attnforge_flex.__file__))"],
-                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    site = subprocess.run(
+        [str(venv), "-c", "import attnforge_flex, os; print(os.path.dirname(attnforge_flex.__file__))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     stale = built["root"] / "stale"
     shutil.copytree(site, stale / "attnforge_flex")
     m = stale / "attnforge_flex" / "artifacts" / "manifest.json"

@@ -20,18 +20,37 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("diffusers")
 
-from attnforge.flex.build import BuildOptions, build_and_package  # noqa: E402
-from attnforge.flex.spec import parse_variants  # noqa: E402
+from attnforge.flex.aot_build import BuildOptions, build_and_package  # noqa: E402
+from attnforge.flex.flex_spec import parse_variants  # noqa: E402
 from attnforge.parity.venv import install, make_venv  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-DECL = {"clients": [
-    {"name": "llama", "client": "transformers", "device": "cpu", "buckets": [32], "batches": [2],
-     "config": {"num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 64, "torch_dtype": "bfloat16"}},
-    {"name": "flux", "client": "diffusers", "device": "cpu", "seq_lens": [48], "dtype": "bf16",
-     "config": {"num_attention_heads": 2, "attention_head_dim": 16}},
-]}  # fmt: skip
+DECL = {
+    "clients": [
+        {
+            "name": "llama",
+            "client": "transformers",
+            "device": "cpu",
+            "buckets": [32],
+            "batches": [2],
+            "config": {
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "hidden_size": 64,
+                "torch_dtype": "bfloat16",
+            },
+        },
+        {
+            "name": "flux",
+            "client": "diffusers",
+            "device": "cpu",
+            "seq_lens": [48],
+            "dtype": "bf16",
+            "config": {"num_attention_heads": 2, "attention_head_dim": 16},
+        },
+    ]
+}
 
 CLIENT = r"""
 import json, logging, sys, time, warnings
@@ -133,8 +152,10 @@ def test_clients_run_the_packages_at_declared_shapes_and_compile_the_rest(venv: 
     # the undeclared length is 48, not 40: torch 2.13's compiled CPU FlexAttention is wrong (NaN) at 40 tokens
     # with head dim 16 on AVX2 (tests/drift/test_flex_cpu_upstream.py), whoever calls it
     assert runs["llama-s48"]["stats"] == {"aoti": 4, "not served": 2, "variants": {"llama-b2-s32": 4}}
-    assert r["logs"] == ["attnforge_flex: transformers: B2 S48 H4/2 D16 bf16 cpu causal fwd not served (length 48 "
-                         "is outside the declared lengths (1-32)); compiling as usual"]  # fmt: skip
+    assert r["logs"] == [
+        "attnforge_flex: transformers: B2 S48 H4/2 D16 bf16 cpu causal fwd not served (length 48 "
+        "is outside the declared lengths (1-32)); compiling as usual"
+    ]
     assert runs["flux-s48"]["stats"] == {"aoti": 2, "variants": {"flux-b1-s48": 2}}
     for name, run in runs.items():  # every path, served or compiled, gives the client's eager output
         assert run["err"] < 0.02 * run["scale"], (name, run)

@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from attnforge.flex.build import BuildOptions, build_variants  # noqa: E402
+from attnforge.flex.aot_build import BuildOptions, build_variants  # noqa: E402
 from attnforge.flex.runtime import precompiled  # noqa: E402
 
 pytestmark = [
@@ -23,9 +23,24 @@ pytestmark = [
     pytest.mark.skipif(precompiled.supported() is not None, reason=str(precompiled.supported())),
 ]
 
-VARIANT = {"name": "cpu-doc-alibi-bf16", "mask": "document", "window": None, "prefix": None, "score_mod": "alibi",
-           "softcap": None, "dtype": "bf16", "head_dim": 64, "heads_q": 4, "heads_kv": 2, "seq_len": 256,
-           "batch": 1, "dynamic": False, "backward": False, "mode": "default", "device": "cpu"}  # fmt: skip
+VARIANT = {
+    "name": "cpu-doc-alibi-bf16",
+    "mask": "document",
+    "window": None,
+    "prefix": None,
+    "score_mod": "alibi",
+    "softcap": None,
+    "dtype": "bf16",
+    "head_dim": 64,
+    "heads_q": 4,
+    "heads_kv": 2,
+    "seq_len": 256,
+    "batch": 1,
+    "dynamic": False,
+    "backward": False,
+    "mode": "default",
+    "device": "cpu",
+}
 
 CHILD = """
 import json, sys, warnings
@@ -57,8 +72,13 @@ def _child(art: Path, cache: Path) -> dict:
         TORCHINDUCTOR_CACHE_DIR=str(cache),
         PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"),
     )
-    p = subprocess.run([sys.executable, "-c", CHILD, str(art), json.dumps(VARIANT)], capture_output=True, text=True,
-                       env=env, timeout=900)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-c", CHILD, str(art), json.dumps(VARIANT)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     return dict(json.loads(p.stdout.strip().splitlines()[-1]))
 

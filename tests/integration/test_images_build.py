@@ -197,10 +197,16 @@ def test_ngc_wheel_is_the_builders_and_finalized(built: ImageSet, wheels: Path) 
     assert f"Requires-Dist: torch=={STANDIN_TORCH}" in meta.splitlines()
     assert record["local_version"] == NGC_VERSION.split("+")[1] and record["inputs"]["arches"] == ["sm_90"]
     probe = docker(
-        "run", "--rm", "--network", "none", f"{REPO}:{img.tag}", "sh", "-c",
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        f"{REPO}:{img.tag}",
+        "sh",
+        "-c",
         "python -c 'from importlib.metadata import version; print(version(\"flash_attn\"))'; find / -xdev \\( -name add_one_kernel.cu "
         "-o -name spec.json -o -name rusage_wrap.py -o -name 'flash_attn-*.whl' -o -name 'attnforge-build' \\) -print",
-    )  # fmt: skip
+    )
     assert probe.stdout.split() == [NGC_VERSION], probe.stdout
 
 

@@ -69,10 +69,28 @@ def built(work: Path, index: tuple[str, Path]) -> Iterator[tuple[ImageSet, Path]
         work / "wheels", standin.tag, {"cu130torch2.13cxx11abiTRUE": ("cuda13.0", ["sm_90"])}
     )
     code = main(
-        ["--compat", str(write_compat(work / "compat.toml")), "images", "build", "--wheels", str(wheels),
-         "--kind", "all", "--repository", REPO, "--ngc-standin", "--source", str(MINI), "--torch-index", url,
-         "--netrc", str(netrc), "--ca-bundle", str(CA)]
-    )  # fmt: skip
+        [
+            "--compat",
+            str(write_compat(work / "compat.toml")),
+            "images",
+            "build",
+            "--wheels",
+            str(wheels),
+            "--kind",
+            "all",
+            "--repository",
+            REPO,
+            "--ngc-standin",
+            "--source",
+            str(MINI),
+            "--torch-index",
+            url,
+            "--netrc",
+            str(netrc),
+            "--ca-bundle",
+            str(CA),
+        ]
+    )
     assert code == 0
     yield read_record(wheels / "images.json"), wheels
     remove_repository(REPO)
@@ -104,14 +122,34 @@ def test_push_pull_back_and_smoke(
     images, wheels = built
     monkeypatch.setenv("ATTNFORGE_REGISTRY_PASSWORD", REG_PW)
     with LocalRegistry({REG_USER: REG_PW}) as reg:
-        code, out, err = run_cli("images", "push", "--registry", reg.host, "--record", str(wheels / "images.json"),
-                                 "--username", REG_USER)  # fmt: skip
+        code, out, err = run_cli(
+            "images",
+            "push",
+            "--registry",
+            reg.host,
+            "--record",
+            str(wheels / "images.json"),
+            "--username",
+            REG_USER,
+        )
         assert code == 0, err
         assert "all 4 tags pushed" in out and REG_PW not in out + err
         for img in images.images:
             docker("rmi", *[f"{REPO}:{t}" for t in img.all_tags])
-        base = ["pull", "--registry", reg.host, "--repository", REPO, "--username", REG_USER, "--smoke",
-                "--gpu", "sm_90", "--driver", "580.65.06"]  # fmt: skip
+        base = [
+            "pull",
+            "--registry",
+            reg.host,
+            "--repository",
+            REPO,
+            "--username",
+            REG_USER,
+            "--smoke",
+            "--gpu",
+            "sm_90",
+            "--driver",
+            "580.65.06",
+        ]
         for kind, tag in (("runtime", RUNTIME_TAG), ("ngc", NGC_TAG)):
             code, out, err = run_cli(*base, "--kind", kind)
             ref = f"{reg.host}/{REPO}:{tag}"

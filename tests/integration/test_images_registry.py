@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.errors import PublishError
+from attnforge.core.errors import PublishError
 from attnforge.images.localregistry import LocalRegistry
 from attnforge.images.push import push_set
 from attnforge.images.record import BuiltImage, ImageSet, write_record

@@ -364,8 +364,8 @@ def test_runner_smoke_installs_from_the_served_index(server: Served, torch213: T
     """`runner check --smoke-index` path for real: a fresh venv over the machine's torch gets flash-attn from
     our served index. The wheel is wheelfactory's stand-in (a real compiled extension, but no
     flash_attn_func), so the run ends at that import, inside the smoke venv, with the wheel's torch pin."""
+    from attnforge.runner.gpu_smoke import run_smoke
     from attnforge.runner.host import SystemHost
-    from attnforge.runner.smoke import run_smoke
 
     res = run_smoke(
         SystemHost(),

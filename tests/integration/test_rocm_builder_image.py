@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.images.bootstrap import BaseImageError, bootstrap_debian_base, image_id
+from attnforge.engine.backends.debian_base import BaseImageError, bootstrap_debian_base, image_id
 
 pytestmark = [pytest.mark.docker]
 
@@ -44,9 +44,14 @@ def docker_build(
         cmd += ["--secret", f"id=ca_bundle,src={CA}"]
     cmd += [*args, *(["-t", tag] if tag else []), str(ctx)]
     return subprocess.run(
-        cmd, input=stdin, capture_output=True, text=True, check=False, timeout=900,
+        cmd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
         env={**os.environ, "DOCKER_BUILDKIT": "1"},
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture(scope="module")
@@ -138,10 +143,21 @@ def test_triton_builder_image_builds_on_debian(standin: str, ctx: Path, tags: li
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     tags.append(tag)
     run = subprocess.run(
-        [DOCKER, "run", "--rm", tag, "bash", "-c", "python3 --version && g++ --version && ninja --version "
-         "&& echo BUILD_TARGET=$BUILD_TARGET && ls -A /run/secrets 2>/dev/null | wc -l"],
-        capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+        [
+            DOCKER,
+            "run",
+            "--rm",
+            tag,
+            "bash",
+            "-c",
+            "python3 --version && g++ --version && ninja --version "
+            "&& echo BUILD_TARGET=$BUILD_TARGET && ls -A /run/secrets 2>/dev/null | wc -l",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     assert "Python 3." in run.stdout and "BUILD_TARGET=rocm" in run.stdout
     assert run.stdout.strip().splitlines()[-1] == "0"  # no secret file left in the image
@@ -151,6 +167,8 @@ def test_triton_builder_image_builds_on_debian(standin: str, ctx: Path, tags: li
     assert "BEGIN CERTIFICATE" not in history
     labels = subprocess.run(
         [DOCKER, "image", "inspect", "--format", "{{json .Config.Labels}}", tag],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert '"io.attnforge.rocm-backend":"triton"' in labels

@@ -184,15 +184,25 @@ def test_installs_beside_cpu_torch_and_imports(built: Build, tmp_path: Path) -> 
         text=True,
     )
     assert dist.stdout.strip() == "2.8.3+rocm6.4torch2.9cxx11abiTRUE.triton"
-    without = subprocess.run([str(py), "-W", "ignore", "-c", "import flash_attn"], capture_output=True, text=True,
-                             env=flash_attention_env(), cwd=tmp_path, check=False)  # fmt: skip
+    without = subprocess.run(
+        [str(py), "-W", "ignore", "-c", "import flash_attn"],
+        capture_output=True,
+        text=True,
+        env=flash_attention_env(),
+        cwd=tmp_path,
+        check=False,
+    )
     assert (
         without.returncode != 0 and "No module named 'flash_attn_2_cuda'" in without.stderr
     )  # switch needed
     ref = subprocess.run(
-        [str(py), "-W", "ignore", "-c", REFERENCE], capture_output=True, text=True, check=False, cwd=tmp_path,
+        [str(py), "-W", "ignore", "-c", REFERENCE],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
         env=flash_attention_env(FLASH_ATTENTION_TRITON_AMD_ENABLE="TRUE", FLASH_ATTENTION_TRITON_AMD_REF="1"),
-    )  # fmt: skip
+    )
     assert ref.returncode == 0, ref.stderr[-3000:]
     diffs = json.loads(ref.stdout.strip().splitlines()[-1])
     assert max(diffs.values()) < 2e-3  # the reference path returns fp16: rounding, not a wrong answer

@@ -36,9 +36,19 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     sdist = fa_sdist()
     assert sdist is not None
     work = tmp_path_factory.mktemp("tf")
-    spec = BuildSpec(cell_id="c", kernel="flash-attn", kernel_version="2.8.3", source=Source(str(sdist), FA_SHA256),
-                     python="3.11", torch="2.14.1", build_dir=str(work), venv_dir="/v", output_dir="/o",
-                     patches=["cxx20-binding", "torch-free-kernels"], head_dims=[128])  # fmt: skip
+    spec = BuildSpec(
+        cell_id="c",
+        kernel="flash-attn",
+        kernel_version="2.8.3",
+        source=Source(str(sdist), FA_SHA256),
+        python="3.11",
+        torch="2.14.1",
+        build_dir=str(work),
+        venv_dir="/v",
+        output_dir="/o",
+        patches=["cxx20-binding", "torch-free-kernels"],
+        head_dims=[128],
+    )
     names = resolve_patches(spec)
     assert names[:2] == ["cxx20-binding", "torch-free-kernels"]
     return prepare_tree(spec, sdist, names, Reporter(None))
@@ -60,11 +70,25 @@ def test_kernel_units_include_no_torch(tree: Path) -> None:
     assert 'compiler_c17_flag=["-O3", "-std=c++20"]' in setup_py and '"-std=c++17",' in setup_py
     for unit in ("flash_fwd_split_hdim128_bf16_sm80.cu", "flash_bwd_hdim128_fp16_causal_sm80.cu"):
         out = subprocess.run(
-            [NVCC, "-E", "-std=c++17", "--expt-relaxed-constexpr", "--expt-extended-lambda", "-gencode",
-             "arch=compute_90,code=sm_90", f"-I{tree / 'csrc/flash_attn'}", f"-I{src}",
-             f"-I{tree / 'csrc/cutlass/include'}", str(src / unit), "-o", "-"],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
+            [
+                NVCC,
+                "-E",
+                "-std=c++17",
+                "--expt-relaxed-constexpr",
+                "--expt-extended-lambda",
+                "-gencode",
+                "arch=compute_90,code=sm_90",
+                f"-I{tree / 'csrc/flash_attn'}",
+                f"-I{src}",
+                f"-I{tree / 'csrc/cutlass/include'}",
+                str(src / unit),
+                "-o",
+                "-",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         files = {ln.split('"')[1] for ln in out.stdout.splitlines() if ln.startswith("# ") and '"' in ln}
         assert not [f for f in files if any(d in f for d in ("/torch/", "/c10/", "/ATen/"))], unit
@@ -75,8 +99,12 @@ def _compile_bridge(tree: Path, include: list[Path], tmp: Path) -> subprocess.Co
     probe = tmp / "probe.cpp"
     probe.write_text('#include "attnforge_torch_bridge.h"\nint main() { return 0; }\n')
     flags = [f"-I{p}" for p in [tree / "csrc/flash_attn/src", *include, CUDA_INCLUDE]]
-    return subprocess.run(["g++", "-std=c++17", "-fsyntax-only", *flags, str(probe)],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    return subprocess.run(
+        ["g++", "-std=c++17", "-fsyntax-only", *flags, str(probe)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 @needs_sdist

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from attnforge.builder.patches import PATCHES_DIR
-from attnforge.errors import EnvironmentProblem
+from attnforge.core.errors import EnvironmentProblem
 from attnforge.matrix.compat import load_compat
-from attnforge.project import Project
+from attnforge.matrix.project import Project
 
 from .torch_headers import torch_headers
 
@@ -105,8 +105,18 @@ def compile_probe(include: Path, tmp: Path, std: int = 17) -> subprocess.Complet
     stub.mkdir(exist_ok=True)
     (stub / "cuda_runtime.h").write_text(CUDA_STUB)
     (tmp / "probe.cpp").write_text(PROBE)
-    cmd = ["g++", f"-std=c++{std}", "-Wall", "-Werror", f"-I{PATCHES_DIR}", f"-I{include}", f"-I{stub}",
-           str(tmp / "probe.cpp"), "-o", str(tmp / "probe")]  # fmt: skip
+    cmd = [
+        "g++",
+        f"-std=c++{std}",
+        "-Wall",
+        "-Werror",
+        f"-I{PATCHES_DIR}",
+        f"-I{include}",
+        f"-I{stub}",
+        str(tmp / "probe.cpp"),
+        "-o",
+        str(tmp / "probe"),
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300)
 
 
@@ -189,16 +199,29 @@ def test_both_real_layouts_pass_as_synthetic_headers(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("members", "ptr", "message"),
     [
-        ("int64_t offset_intragraph_ = 0; bool captured_ = false;", "int64_t*",
-         "offset_intragraph_ changed type: not an unsigned integer of at most 64 bits"),
-        ("uint32_t offset_intragraph_ = 0; uint32_t generation_ = 0; bool captured_ = false;", "int64_t*",
-         "captured_ moved"),
-        ("uint64_t offset_intragraph_ = 0; bool captured_ = false; uint64_t generation_ = 0;", "int64_t*",
-         "at::PhiloxCudaState has a member attnforge does not convert"),
+        (
+            "int64_t offset_intragraph_ = 0; bool captured_ = false;",
+            "int64_t*",
+            "offset_intragraph_ changed type: not an unsigned integer of at most 64 bits",
+        ),
+        (
+            "uint32_t offset_intragraph_ = 0; uint32_t generation_ = 0; bool captured_ = false;",
+            "int64_t*",
+            "captured_ moved",
+        ),
+        (
+            "uint64_t offset_intragraph_ = 0; bool captured_ = false; uint64_t generation_ = 0;",
+            "int64_t*",
+            "at::PhiloxCudaState has a member attnforge does not convert",
+        ),
         ("uint64_t offset_intragraph_ = 0; int captured_ = 0;", "int64_t*", "captured_ changed type"),
-        ("uint64_t offset_intragraph_ = 0; bool captured_ = false;", "uint64_t*", "Payload::ptr changed type"),
+        (
+            "uint64_t offset_intragraph_ = 0; bool captured_ = false;",
+            "uint64_t*",
+            "Payload::ptr changed type",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_changed_layout_fails_to_compile_naming_the_member(
     members: str, ptr: str, message: str, tmp_path: Path
 ) -> None:

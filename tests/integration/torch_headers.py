@@ -22,8 +22,8 @@ import requests
 from remotezip import RemoteIOError, RemoteZip
 
 from attnforge.builder.files import atomic_write_bytes, atomic_write_text
-from attnforge.errors import EnvironmentProblem
-from attnforge.matrix.lock import PYPI_SIMPLE, simple_files
+from attnforge.core.errors import EnvironmentProblem
+from attnforge.matrix.source_lock import PYPI_SIMPLE, simple_files
 
 # What attnforge_philox_torch.h includes from torch, and torch's own unpack (to compare conversions with).
 PHILOX_HEADERS = (

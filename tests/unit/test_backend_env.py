@@ -10,22 +10,38 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.backends.env import EnvBackend, environment_cell, template_cell
 from attnforge.builder.spec import Source
+from attnforge.core.errors import ConfigurationError
+from attnforge.engine.backends.env import EnvBackend, environment_cell, template_cell
+from attnforge.engine.environment import Env
 from attnforge.engine.progress import ProgressView
 from attnforge.engine.run import Engine
-from attnforge.errors import ConfigurationError
-from attnforge.install.which import Env
-from attnforge.project import Project
+from attnforge.matrix.project import Project
 from attnforge.wheels.manifest import manifest_inputs
 from attnforge.wheels.naming import cell_from_manifest, expected_names, parse_local
 
 ROOT = Path(__file__).resolve().parents[2]
 Run = Callable[..., tuple[int, str, str]]
-H100 = Env(python="3.12", machine="x86_64", glibc=(2, 39), torch="2.11.0+cu130", accel="cu130", cxx11_abi=True,
-           gpus=("sm_90",), driver_cuda="13.0")  # fmt: skip
-NGC = Env(python="3.12", machine="x86_64", glibc=(2, 39), torch="2.10.0a0+5a8cd0ef.nv25.06", accel="cu129",
-          cxx11_abi=True, gpus=("sm_90",), driver_cuda="13.0")  # fmt: skip
+H100 = Env(
+    python="3.12",
+    machine="x86_64",
+    glibc=(2, 39),
+    torch="2.11.0+cu130",
+    accel="cu130",
+    cxx11_abi=True,
+    gpus=("sm_90",),
+    driver_cuda="13.0",
+)
+NGC = Env(
+    python="3.12",
+    machine="x86_64",
+    glibc=(2, 39),
+    torch="2.10.0a0+5a8cd0ef.nv25.06",
+    accel="cu129",
+    cxx11_abi=True,
+    gpus=("sm_90",),
+    driver_cuda="13.0",
+)
 
 
 @pytest.fixture

@@ -7,16 +7,25 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.backends.local import find_nvcc
 from attnforge.builder.objects import save_kernel_objects, usable_prebuilt
 from attnforge.builder.report import Reporter
 from attnforge.builder.spec import BuildSpec, Source
+from attnforge.engine.backends.local import find_nvcc
 
 
 def spec_for(tmp: Path) -> BuildSpec:
-    return BuildSpec(cell_id="c", kernel="flash-attn", kernel_version="2.8.3", source=Source("/s", "0" * 64),
-                     python="3.11", torch="2.14.1", build_dir=str(tmp / "b"), venv_dir="/v", output_dir="/o",
-                     kernel_objects_dir=str(tmp / "objects"))  # fmt: skip
+    return BuildSpec(
+        cell_id="c",
+        kernel="flash-attn",
+        kernel_version="2.8.3",
+        source=Source("/s", "0" * 64),
+        python="3.11",
+        torch="2.14.1",
+        build_dir=str(tmp / "b"),
+        venv_dir="/v",
+        output_dir="/o",
+        kernel_objects_dir=str(tmp / "objects"),
+    )
 
 
 def tree_with_object(tmp: Path) -> Path:

@@ -19,8 +19,11 @@ def imports_outside_stdlib(path: Path) -> list[str]:
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module]
-        bad += [f"{path.name}:{node.lineno} {n}" for n in names
-                if n.split(".")[0] not in sys.stdlib_module_names and n != "__future__"]  # fmt: skip
+        bad += [
+            f"{path.name}:{node.lineno} {n}"
+            for n in names
+            if n.split(".")[0] not in sys.stdlib_module_names and n != "__future__"
+        ]
     return bad
 
 
@@ -34,8 +37,8 @@ def test_every_builder_module_imports_only_the_standard_library() -> None:
 
 def test_the_rule_sees_a_third_party_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
-    module.write_text("import json\nfrom .x import y\nimport pydantic\nfrom attnforge.errors import E\n")
-    assert imports_outside_stdlib(module) == ["m.py:3 pydantic", "m.py:4 attnforge.errors"]
+    module.write_text("import json\nfrom .x import y\nimport pydantic\nfrom attnforge.core.errors import E\n")
+    assert imports_outside_stdlib(module) == ["m.py:3 pydantic", "m.py:4 attnforge.core.errors"]
 
 
 def test_no_builder_module_shadows_the_standard_library() -> None:

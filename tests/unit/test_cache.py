@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from attnforge.builder.spec import BuildSpec, Source
-from attnforge.cache.lock import build_lock
+from attnforge.cache.build_lock import build_lock
 from attnforge.cache.scan import scan
 from attnforge.cache.units import format_size, parse_duration, parse_size
-from attnforge.errors import ConfigurationError
+from attnforge.core.errors import ConfigurationError
 
 Run = Callable[..., tuple[int, str, str]]
 DAY = 86400.0
@@ -41,11 +41,19 @@ def _spec(cache: Path, cp: str, cell: str, venv: str, days: float) -> None:
     workdir = cache / "cells" / KEY / cp
     _write(workdir / "tree" / "build" / "flash_api.o", 50_000)
     spec = BuildSpec(
-        cell_id=cell, kernel="flash-attn", kernel_version="2.8.3", python="3.11", torch="2.14.1",
-        source=Source(str(cache / "sources" / "flash_attn-2.8.3.tar.gz"), "0" * 64), kernel_set_key=KEY,
-        build_dir=str(workdir / "tree"), output_dir=str(workdir / "out"), venv_dir=str(cache / "venvs" / venv),
-        kernel_objects_dir=str(cache / "cells" / KEY / "objects"), ccache_dir=str(cache / "ccache"),
-    )  # fmt: skip
+        cell_id=cell,
+        kernel="flash-attn",
+        kernel_version="2.8.3",
+        python="3.11",
+        torch="2.14.1",
+        source=Source(str(cache / "sources" / "flash_attn-2.8.3.tar.gz"), "0" * 64),
+        kernel_set_key=KEY,
+        build_dir=str(workdir / "tree"),
+        output_dir=str(workdir / "out"),
+        venv_dir=str(cache / "venvs" / venv),
+        kernel_objects_dir=str(cache / "cells" / KEY / "objects"),
+        ccache_dir=str(cache / "ccache"),
+    )
     (workdir / "spec.json").write_text(spec.dumps())
     _age(workdir, days)
 
@@ -272,7 +280,7 @@ def test_prune_refuses_while_a_build_holds_the_lock(
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from attnforge.cache.lock import build_lock\n"
+            "import sys, time; from pathlib import Path; from attnforge.cache.build_lock import build_lock\n"
             "with build_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)",
             str(cache),
         ],

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from attnforge.ci.cibuildwheel_config import caveats, cibuildwheel_config, repair_command, to_toml
-from attnforge.errors import ConfigurationError
+from attnforge.core.errors import ConfigurationError
 from attnforge.matrix.cell import Cell
-from attnforge.project import Project
+from attnforge.matrix.project import Project
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -144,8 +144,12 @@ def test_cibuildwheel_reads_it(cell: Cell, tmp_path: Path) -> None:
     (src / "pyproject.toml").write_text('[project]\nname = "flash_attn"\nversion = "2.8.3"\n')
     proc = subprocess.run(
         [exe, "--platform", "linux", "--config-file", str(config), "--print-build-identifiers", str(src)],
-        capture_output=True, text=True, timeout=120, check=False, cwd=src,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=src,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["cp311-manylinux_x86_64"]
 

@@ -20,8 +20,8 @@ from attnforge.ci.workflows import (
     render,
 )
 from attnforge.ci.yamltext import Comment, dump, load
-from attnforge.errors import ConfigurationError
-from attnforge.project import Project
+from attnforge.core.errors import ConfigurationError
+from attnforge.matrix.project import Project
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"

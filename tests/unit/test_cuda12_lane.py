@@ -15,19 +15,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnforge.backends.docker import LOCAL_BASE, DockerBackend, python_prefix
 from attnforge.builder import compiler
 from attnforge.builder.exits import EXIT_ENV, BuildFailure
 from attnforge.builder.report import Reporter
 from attnforge.ci.workflows import KernelSetJob, devel_base
-from attnforge.commands.build import parse_base_images
+from attnforge.cli.commands.build import parse_base_images
+from attnforge.core.errors import ConfigurationError, EnvironmentProblem
+from attnforge.engine.backends.cuda_standin import STANDINS, build_command
+from attnforge.engine.backends.docker import LOCAL_BASE, DockerBackend, python_prefix
 from attnforge.engine.progress import ProgressView
-from attnforge.errors import ConfigurationError, EnvironmentProblem
-from attnforge.images.cuda_standin import STANDINS, build_command
 from attnforge.matrix.cell import Cell, Toolkit
 from attnforge.matrix.compat import load_compat
+from attnforge.matrix.project import Project
 from attnforge.matrix.rules import check, host_compiler_problem
-from attnforge.project import Project
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDIN = STANDINS["12.4"].tag
@@ -35,9 +35,15 @@ STANDIN = STANDINS["12.4"].tag
 
 def cell(**kw: object) -> Cell:
     base: dict[str, object] = dict(
-        kernel="flash-attn", kernel_version="2.8.3", toolkit=Toolkit.parse("cuda12.4"), torch="2.6.0",
-        python="3.11", cxx11_abi=False, arches=("sm_80", "sm_90"), profile="fwd128",
-    )  # fmt: skip
+        kernel="flash-attn",
+        kernel_version="2.8.3",
+        toolkit=Toolkit.parse("cuda12.4"),
+        torch="2.6.0",
+        python="3.11",
+        cxx11_abi=False,
+        arches=("sm_80", "sm_90"),
+        profile="fwd128",
+    )
     base.update(kw)
     return Cell(**base)
 
@@ -92,9 +98,17 @@ def test_host_compiler_rule() -> None:
 def test_plan_refuses_a_declared_base_without_a_supported_gxx(tmp_path: Path) -> None:
     data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
     data["targets"] = {
-        "t": {"matrix": {"toolkit": ["cuda12.4"], "torch": ["2.6.0"], "python": ["3.11"],
-                         "cxx11_abi": [False], "arch": [["sm_80"]], "profile": ["fwd128"]}}
-    }  # fmt: skip
+        "t": {
+            "matrix": {
+                "toolkit": ["cuda12.4"],
+                "torch": ["2.6.0"],
+                "python": ["3.11"],
+                "cxx11_abi": [False],
+                "arch": [["sm_80"]],
+                "profile": ["fwd128"],
+            }
+        }
+    }
     data["build"]["base_images"] = {"cuda12.4": "local/debian:trixie"}
     (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     ok = Project(tmp_path / "matrix.yaml").plan("t").verdicts[0]
@@ -147,8 +161,17 @@ def test_builder_keeps_a_gxx_the_toolkit_accepts(tmp_path: Path) -> None:
 
 
 def test_builder_picks_the_newest_supported_gxx_n(tmp_path: Path) -> None:
-    env = fake_compilers(tmp_path, {"c++": "14.2.0", "g++-12": "12.4.0", "gcc-12": "12.4.0",
-                                    "g++-13": "13.3.0", "gcc-13": "13.3.0", "g++-14": "14.2.0"})  # fmt: skip
+    env = fake_compilers(
+        tmp_path,
+        {
+            "c++": "14.2.0",
+            "g++-12": "12.4.0",
+            "gcc-12": "12.4.0",
+            "g++-13": "13.3.0",
+            "gcc-13": "13.3.0",
+            "g++-14": "14.2.0",
+        },
+    )
     rep = Lines()
     got = compiler.gcc_for_toolkit(13, env, rep)
     assert got == {
@@ -284,6 +307,16 @@ def test_standin_is_pinned_data_and_builds_with_the_ca_as_a_secret(tmp_path: Pat
 def test_spec_carries_max_gcc_through_json() -> None:
     from attnforge.builder.spec import BuildSpec, Source
 
-    spec = BuildSpec(cell_id="c", kernel="flash-attn", kernel_version="2.8.3", source=Source("/s.tgz", "0" * 64),
-                     python="3.11", torch="2.6.0", build_dir="/b", venv_dir="/v", output_dir="/o", max_gcc=13)  # fmt: skip
+    spec = BuildSpec(
+        cell_id="c",
+        kernel="flash-attn",
+        kernel_version="2.8.3",
+        source=Source("/s.tgz", "0" * 64),
+        python="3.11",
+        torch="2.6.0",
+        build_dir="/b",
+        venv_dir="/v",
+        output_dir="/o",
+        max_gcc=13,
+    )
     assert BuildSpec.from_json(spec.to_json()).max_gcc == 13

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnforge.backends.docker import LOCAL_BASE, DockerBackend, build_image
+from attnforge.core.errors import EnvironmentProblem
+from attnforge.engine.backends.docker import LOCAL_BASE, DockerBackend, build_image
 from attnforge.engine.progress import ProgressView
-from attnforge.errors import EnvironmentProblem
 from attnforge.matrix.cell import Toolkit
-from attnforge.project import Project
+from attnforge.matrix.project import Project
 
 ROOT = Path(__file__).resolve().parents[2]
 MINI = str(ROOT / "tests" / "data" / "compat_mini.toml")

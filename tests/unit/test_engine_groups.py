@@ -9,24 +9,45 @@ import threading
 import time
 from pathlib import Path
 
-from attnforge.backends.local import LocalBackend
 from attnforge.builder.spec import Source
+from attnforge.engine.backends.local import LocalBackend
 from attnforge.engine.progress import ProgressView
 from attnforge.engine.resources import Machine
 from attnforge.engine.run import CellResult, Engine
 from attnforge.matrix.cell import Cell
-from attnforge.project import Project
+from attnforge.matrix.project import Project
 
 MATRIX = {
     "version": 1,
-    "kernels": {"flash-attn": {"version": "2.8.3", "source": {
-        "kind": "pypi-sdist", "sha256": "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"}}},
-    "profiles": {"fwd128": {"tag": "fwd128", "head_dims": [128], "dtypes": ["bf16"],
-                            "disable": ["backward", "dropout", "alibi", "softcap", "uneven_k", "local"]}},
+    "kernels": {
+        "flash-attn": {
+            "version": "2.8.3",
+            "source": {
+                "kind": "pypi-sdist",
+                "sha256": "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d",
+            },
+        }
+    },
+    "profiles": {
+        "fwd128": {
+            "tag": "fwd128",
+            "head_dims": [128],
+            "dtypes": ["bf16"],
+            "disable": ["backward", "dropout", "alibi", "softcap", "uneven_k", "local"],
+        }
+    },
     "defaults": {"kernel": "flash-attn", "cxx11_abi": True, "platform": "x86_64", "profile": "fwd128"},
-    "targets": {"lane": {"matrix": {"toolkit": ["cuda13.0"], "torch": ["2.12", "2.13", "2.14"],
-                                    "python": ["3.11", "3.12"], "arch": ["sm_90"]}}},
-}  # fmt: skip
+    "targets": {
+        "lane": {
+            "matrix": {
+                "toolkit": ["cuda13.0"],
+                "torch": ["2.12", "2.13", "2.14"],
+                "python": ["3.11", "3.12"],
+                "arch": ["sm_90"],
+            }
+        }
+    },
+}
 
 
 class TimedEngine(Engine):
@@ -82,8 +103,13 @@ def test_jobs_name_their_tree_the_shared_objects_and_unit_estimates(tmp_path: Pa
     assert a.workdir.name == "cp311-torch2.12.1" and b.workdir.name == "cp311-torch2.14.1"
     assert a.spec.kernel_objects_dir == b.spec.kernel_objects_dir
     assert b.spec.max_jobs == 1 and "binding only" in b.parallelism.reason
-    assert set(a.spec.unit_seconds) == {"flash_api", "flash_fwd_hdim128_bf16_sm80", "flash_fwd_hdim128_bf16_causal_sm80",
-                                        "flash_fwd_split_hdim128_bf16_sm80", "flash_fwd_split_hdim128_bf16_causal_sm80"}  # fmt: skip
+    assert set(a.spec.unit_seconds) == {
+        "flash_api",
+        "flash_fwd_hdim128_bf16_sm80",
+        "flash_fwd_hdim128_bf16_causal_sm80",
+        "flash_fwd_split_hdim128_bf16_sm80",
+        "flash_fwd_split_hdim128_bf16_causal_sm80",
+    }
     assert b.spec.patches == ["cxx20-binding", "torch-free-kernels"] and a.spec.patches == [
         "torch-free-kernels"
     ]

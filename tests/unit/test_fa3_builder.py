@@ -18,9 +18,9 @@ from attnforge.builder.patches import resolve_patches
 from attnforge.builder.report import Reporter
 from attnforge.builder.source import prepare_tree
 from attnforge.builder.spec import BuildSpec, Source
-from attnforge.errors import ConfigurationError
+from attnforge.core.errors import ConfigurationError
 from attnforge.matrix.file import load_matrix
-from attnforge.matrix.lock import source_path, write_lock
+from attnforge.matrix.source_lock import source_path, write_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "flash-attention-3-0251105a.tar.gz"
@@ -37,12 +37,22 @@ def snapshot() -> Path:
 
 
 def spec(tmp: Path, archive: Path, **kw: object) -> BuildSpec:
-    base: dict[str, object] = dict(cell_id="c", kernel="flash-attn-3", kernel_version="3.0.0",
-                                   source=Source(str(archive), SHA, subdir="hopper"), python="3.12", torch="2.11.0",
-                                   build_dir=str(tmp / "b"), venv_dir=str(tmp / "v"), output_dir=str(tmp / "o"),
-                                   arches=["sm_90a"], head_dims=[64, 128], dtypes=["bf16", "fp16"],
-                                   disable=["appendkv", "local", "softcap", "packgqa", "cluster"],
-                                   local_version="cu130sm90atorch2.9abi3.fa3hd64128")  # fmt: skip
+    base: dict[str, object] = dict(
+        cell_id="c",
+        kernel="flash-attn-3",
+        kernel_version="3.0.0",
+        source=Source(str(archive), SHA, subdir="hopper"),
+        python="3.12",
+        torch="2.11.0",
+        build_dir=str(tmp / "b"),
+        venv_dir=str(tmp / "v"),
+        output_dir=str(tmp / "o"),
+        arches=["sm_90a"],
+        head_dims=[64, 128],
+        dtypes=["bf16", "fp16"],
+        disable=["appendkv", "local", "softcap", "packgqa", "cluster"],
+        local_version="cu130sm90atorch2.9abi3.fa3hd64128",
+    )
     base.update(kw)
     return BuildSpec(**base)  # type: ignore[arg-type]
 
@@ -71,8 +81,15 @@ def test_patches_apply_to_the_snapshot_and_say_so(tree: Path) -> None:
 def test_no_git_submodule_update_and_no_prebuilt_wheel_lookup(tree: Path) -> None:
     mod = ast.parse((tree / "setup.py").read_text())
     calls = [n for n in ast.walk(mod) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
-    git = [c for c in calls if c.args and isinstance(c.args[0], ast.List) and c.args[0].elts
-           and isinstance(c.args[0].elts[0], ast.Constant) and c.args[0].elts[0].value == "git"]  # fmt: skip
+    git = [
+        c
+        for c in calls
+        if c.args
+        and isinstance(c.args[0], ast.List)
+        and c.args[0].elts
+        and isinstance(c.args[0].elts[0], ast.Constant)
+        and c.args[0].elts[0].value == "git"
+    ]
     assert git == []
     run = next(n for n in ast.walk(mod) if isinstance(n, ast.ClassDef) and n.name == "CachedWheelsCommand")
     body = _function(ast.Module(body=run.body, type_ignores=[]), "run").body
@@ -122,13 +139,27 @@ def test_a_patch_that_no_longer_fits_fails_loudly(snapshot: Path, tmp_path: Path
 def test_knobs_set_every_switch(tmp_path: Path) -> None:
     s = spec(tmp_path, tmp_path / "x.tar.gz")
     env = build_env(s, "/usr/bin/python3", tmp_path, 0, 16, None)
-    switches = {k.removeprefix("FLASH_ATTENTION_DISABLE_"): v for k, v in env.items()
-                if k.startswith("FLASH_ATTENTION_DISABLE_")}  # fmt: skip
+    switches = {
+        k.removeprefix("FLASH_ATTENTION_DISABLE_"): v
+        for k, v in env.items()
+        if k.startswith("FLASH_ATTENTION_DISABLE_")
+    }
     assert set(switches) == set(FA3_SWITCHES)
     on = {k for k, v in switches.items() if v == "TRUE"}
     # head dims [64, 128]: 192 is out, so its 192 x 128 variant too; 64 x 256/512 only when `disable` says so
-    assert on == {"APPENDKV", "LOCAL", "SOFTCAP", "PACKGQA", "CLUSTER", "FP8", "HDIM96", "HDIM192", "HDIM256",
-                  "HDIMDIFF192", "SM80"}  # fmt: skip
+    assert on == {
+        "APPENDKV",
+        "LOCAL",
+        "SOFTCAP",
+        "PACKGQA",
+        "CLUSTER",
+        "FP8",
+        "HDIM96",
+        "HDIM192",
+        "HDIM256",
+        "HDIMDIFF192",
+        "SM80",
+    }
     assert env["FLASH_ATTENTION_FORCE_BUILD"] == "TRUE" and env["MAX_JOBS"] == "16"
     assert env["FLASH_ATTN_LOCAL_VERSION"] == "cu130sm90atorch2.9abi3.fa3hd64128"
     assert env["TORCH_CUDA_ARCH_LIST"] == "9.0a"
@@ -163,8 +194,11 @@ def test_source_path_expands_and_names_a_missing_snapshot(
     matrix = load_matrix(ROOT / "matrix.yaml")
     src = matrix.kernels["flash-attn-3"].source
     monkeypatch.setenv("ATTNFORGE_SOURCES", str(tmp_path / "nowhere"))
-    with pytest.raises(ConfigurationError, match=r"source archive .*nowhere/flash-attention-3-0251105a.tar.gz does "
-                       r"not exist .* \(set ATTNFORGE_SOURCES to the folder that holds it\)"):  # fmt: skip
+    with pytest.raises(
+        ConfigurationError,
+        match=r"source archive .*nowhere/flash-attention-3-0251105a.tar.gz does "
+        r"not exist .* \(set ATTNFORGE_SOURCES to the folder that holds it\)",
+    ):
         source_path("flash-attn-3", src, ROOT)
     monkeypatch.delenv("ATTNFORGE_SOURCES")
     unset = src.model_copy(update={"path": "${ATTNFORGE_NOPE}/x.tar.gz"})

@@ -13,23 +13,32 @@ import pytest
 
 from attnforge.parity import fa3cases, upstream
 from attnforge.parity.cases import ERR_FEATURE, ERR_HEAD_DIM
+from attnforge.parity.parity_report import FAILED, PASSED, SKIPPED
 from attnforge.parity.profile import WheelProfile, from_manifest, profile_tag
-from attnforge.parity.report import FAILED, PASSED, SKIPPED
 
 ROOT = Path(__file__).resolve().parents[2]
 INFER = frozenset({"appendkv", "local", "softcap", "packgqa", "cluster", "hdimdiff64", "hdimdiff192", "sm80"})
 
 
 def profile(**kw: object) -> WheelProfile:
-    base: dict[str, object] = dict(name="fa3hd64128", head_dims=(64, 128), dtypes=("bf16", "fp16"),
-                                   disabled=INFER, kernel="flash-attn-3")  # fmt: skip
+    base: dict[str, object] = dict(
+        name="fa3hd64128", head_dims=(64, 128), dtypes=("bf16", "fp16"), disabled=INFER, kernel="flash-attn-3"
+    )
     base.update(kw)
     return WheelProfile(**base)  # type: ignore[arg-type]
 
 
 def test_manifest_profile_of_an_fa3_wheel() -> None:
-    data = {"kernel": "flash-attn-3", "inputs": {"profile": "fa3hd64128", "head_dims": [64, 128], "dtypes": ["bf16", "fp16"],
-            "arches": ["sm_90a"], "profile_flags": ["-DFLASHATTENTION_DISABLE_APPENDKV", "-DFLASHATTENTION_DISABLE_HDIMDIFF64"]}}  # fmt: skip
+    data = {
+        "kernel": "flash-attn-3",
+        "inputs": {
+            "profile": "fa3hd64128",
+            "head_dims": [64, 128],
+            "dtypes": ["bf16", "fp16"],
+            "arches": ["sm_90a"],
+            "profile_flags": ["-DFLASHATTENTION_DISABLE_APPENDKV", "-DFLASHATTENTION_DISABLE_HDIMDIFF64"],
+        },
+    }
     p = from_manifest(data)
     assert p.kernel == "flash-attn-3" and p.disabled == {"appendkv", "hdimdiff64", "sm80"}
     full = from_manifest({"kernel": "flash-attn-3", "inputs": {"arches": ["sm_80", "sm_90a"]}})
@@ -117,8 +126,23 @@ def test_the_sampling_plugin_keeps_what_the_profile_can_run(tmp_path: Path) -> N
     env = {**os.environ, **upstream.sample_env(p, 50, 7, summary)}
     assert env["FLASH_ATTENTION_DISABLE_SPLIT"] == "TRUE" and env["FLASH_ATTENTION_DISABLE_HDIM256"] == "TRUE"
     assert "FLASH_ATTENTION_DISABLE_HDIMDIFF64" not in env
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-rfE", "--no-header",
-                           "test_flash_attn.py"], cwd=tmp_path, env=env, capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-v",
+            "-rfE",
+            "--no-header",
+            "test_flash_attn.py",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     outcomes, reasons = upstream.parse_output(proc.stdout)
     # eligible: d in {32, 64, 96, 128} (multiple of 8, at most 128) x causal, kvcache d128; not combine (no split)
     assert sorted(outcomes) == sorted(
@@ -155,8 +179,13 @@ def test_a_combine_of_one_split_is_never_sampled(tmp_path: Path) -> None:
     (tmp_path / "conftest.py").write_text(upstream.PLUGIN)
     summary = tmp_path / "sample.json"
     env = {**os.environ, **upstream.sample_env(profile(), 50, 0, summary)}
-    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "test_flash_attn.py"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "test_flash_attn.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    ).stdout
     outcomes, reasons = upstream.parse_output(out)
     assert sorted(outcomes) == [f"test_flash_attn.py::test_flash_attn_combine[{n}]" for n in (2, 3)]
     sample = json.loads(summary.read_text())
@@ -171,8 +200,13 @@ def test_the_sample_is_a_fixed_seed_subset(tmp_path: Path) -> None:
     runs = []
     for _ in range(2):
         env = {**os.environ, **upstream.sample_env(profile(), 3, 11, tmp_path / "s.json")}
-        out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "test_flash_attn.py"],
-                             cwd=tmp_path, env=env, capture_output=True, text=True).stdout  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "test_flash_attn.py"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+        ).stdout
         runs.append(sorted(upstream.parse_output(out)[0]))
     assert len(runs[0]) == 3 and runs[0] == runs[1]
     # hdimdiff64 not built: upstream's output test for d 64 also calls V head dims 256/512, so it is left out
@@ -202,12 +236,21 @@ def test_a_profile_no_upstream_test_fits_is_skipped_not_failed(tmp_path: Path) -
     is skipped with the reason; a run whose collection broke (no sample summary) still fails."""
     (tmp_path / "test_flash_attn.py").write_text(STANDIN)
     (tmp_path / "conftest.py").write_text(upstream.PLUGIN)
-    fa3min = profile(name="fa3min", head_dims=(64,), dtypes=("bf16",),
-                     disabled=INFER | {"backward", "split", "pagedkv", "varlen"})  # fmt: skip
+    fa3min = profile(
+        name="fa3min",
+        head_dims=(64,),
+        dtypes=("bf16",),
+        disabled=INFER | {"backward", "split", "pagedkv", "varlen"},
+    )
     summary = tmp_path / "s.json"
     env = {**os.environ, **upstream.sample_env(fa3min, 40, 0, summary)}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "test_flash_attn.py"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "test_flash_attn.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert upstream.parse_output(proc.stdout)[0] == {}
     sample = json.loads(summary.read_text())
     assert sample["eligible"] == 0 and sample["collected"] == 17

@@ -12,11 +12,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from attnforge import reference as R  # noqa: E402
 from attnforge.parity import fa3cases  # noqa: E402
-from attnforge.parity import reference as R  # noqa: E402
 from attnforge.parity.fa3 import SUITE, run_case  # noqa: E402
+from attnforge.parity.parity_report import FAILED, PASSED, SKIPPED  # noqa: E402
 from attnforge.parity.profile import WheelProfile  # noqa: E402
-from attnforge.parity.report import FAILED, PASSED, SKIPPED  # noqa: E402
 
 BUILT = (64, 128)
 OFF = frozenset(
@@ -53,8 +53,20 @@ def _varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=False, window_size=(-1, -1
     return torch.cat(outs)
 
 
-def _kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, page_table=None, causal=False,  # type: ignore[no-untyped-def]
-             window_size=(-1, -1), softcap=0.0, num_splits=0, **kw):  # fmt: skip
+def _kvcache(
+    q,
+    k_cache,
+    v_cache,
+    k=None,
+    v=None,
+    cache_seqlens=None,
+    page_table=None,
+    causal=False,  # type: ignore[no-untyped-def]
+    window_size=(-1, -1),
+    softcap=0.0,
+    num_splits=0,
+    **kw,
+):
     _check(q, v_cache, window_size, softcap)
     if k is not None:
         raise RuntimeError("This flash attention build does not support appending KV.")

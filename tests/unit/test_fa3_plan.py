@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.kernels import all_dtypes, all_features, features, head_dims
+from attnforge.core.kernels import all_dtypes, all_features, features, head_dims
 from attnforge.matrix.cell import Cell, Toolkit
 from attnforge.matrix.compat import CompatData, load_compat
 from attnforge.matrix.file import parse_matrix
@@ -30,9 +30,17 @@ def data() -> CompatData:
 
 
 def fa3(**kw: object) -> Cell:
-    base: dict[str, object] = dict(kernel="flash-attn-3", kernel_version="3.0.0", toolkit=Toolkit.parse("cuda13.0"),
-                                   torch="2.11.0", python="3.12", cxx11_abi=True, arches=("sm_90a",),
-                                   profile="fa3hd64128", profile_spec=INFER)  # fmt: skip
+    base: dict[str, object] = dict(
+        kernel="flash-attn-3",
+        kernel_version="3.0.0",
+        toolkit=Toolkit.parse("cuda13.0"),
+        torch="2.11.0",
+        python="3.12",
+        cxx11_abi=True,
+        arches=("sm_90a",),
+        profile="fa3hd64128",
+        profile_spec=INFER,
+    )
     base.update(kw)
     return Cell(**base)  # type: ignore[arg-type]
 
@@ -68,20 +76,32 @@ def test_the_wheel_does_not_depend_on_torch_release_or_python(data: CompatData) 
 @pytest.mark.parametrize(
     ("cell", "rule", "words"),
     [
-        (fa3(torch="2.8.0"), "kernel-requirements", "needs torch >= 2.9: hopper/setup.py builds the stable-ABI"),
+        (
+            fa3(torch="2.8.0"),
+            "kernel-requirements",
+            "needs torch >= 2.9: hopper/setup.py builds the stable-ABI",
+        ),
         (fa3(toolkit=Toolkit.parse("cuda12.2"), torch="2.9.1"), "kernel-requirements", "needs CUDA >= 12.3"),
         (fa3(toolkit=Toolkit.parse("cuda12.6"), torch="2.9.1"), "offline-toolchain", "downloads from NVIDIA"),
         (fa3(toolkit=Toolkit.parse("cuda12.9"), torch="2.9.1"), "offline-toolchain", "use CUDA 12.8, 13.0"),
         (fa3(arches=("sm_90",)), "kernel-requirements", "compiles only sm_80, sm_90a, not sm_90"),
         (fa3(arches=("sm_80",)), "kernel-requirements", "every flash-attn-3 3.0.0 wheel compiles sm_90a"),
         (fa3(arches=("sm_90a", "sm_100")), "kernel-requirements", "not sm_100"),
-        (fa3(profile_spec=ProfileSpec(disable=["dropout"])), "profile", "no FLASHATTENTION_DISABLE_ macro for dropout"),
+        (
+            fa3(profile_spec=ProfileSpec(disable=["dropout"])),
+            "profile",
+            "no FLASHATTENTION_DISABLE_ macro for dropout",
+        ),
         (fa3(profile_spec=ProfileSpec(dtypes=["fp16"])), "profile", "always compiles bf16"),
         (fa3(profile_spec=ProfileSpec(head_dims=[32])), "profile", "has no head dim [32]"),
-        (fa3(arches=("sm_80", "sm_90a"), profile_spec=ProfileSpec(disable=["sm80"])), "profile", "disables the sm80"),
+        (
+            fa3(arches=("sm_80", "sm_90a"), profile_spec=ProfileSpec(disable=["sm80"])),
+            "profile",
+            "disables the sm80",
+        ),
         (fa3(python="3.9", torch="2.9.1"), "torch-python", ""),
     ],
-)  # fmt: skip
+)
 def test_refusals_name_the_rule_and_the_reason(data: CompatData, cell: Cell, rule: str, words: str) -> None:
     v = check(cell, data)
     assert not v.valid
@@ -92,9 +112,17 @@ def test_refusals_name_the_rule_and_the_reason(data: CompatData, cell: Cell, rul
 
 
 def test_fa2_profiles_may_not_name_fa3_features(data: CompatData) -> None:
-    c = Cell(kernel="flash-attn", kernel_version="2.8.3", toolkit=Toolkit.parse("cuda13.0"), torch="2.11.0",
-             python="3.12", cxx11_abi=True, arches=("sm_90",), profile="p",
-             profile_spec=ProfileSpec(disable=["pagedkv"], dtypes=["bf16", "fp8"]))  # fmt: skip
+    c = Cell(
+        kernel="flash-attn",
+        kernel_version="2.8.3",
+        toolkit=Toolkit.parse("cuda13.0"),
+        torch="2.11.0",
+        python="3.12",
+        cxx11_abi=True,
+        arches=("sm_90",),
+        profile="p",
+        profile_spec=ProfileSpec(disable=["pagedkv"], dtypes=["bf16", "fp8"]),
+    )
     reasons = " ".join(check(c, data).reasons())
     assert "no FLASHATTENTION_DISABLE_ macro for pagedkv" in reasons and "has no fp8 kernels" in reasons
 
@@ -108,8 +136,13 @@ def test_recommended_cuda_is_a_note(data: CompatData) -> None:
 
 def test_local_version_round_trip() -> None:
     for arches, tag in ((("sm_90a",), "fa3hd64128"), (("sm_80", "sm_90a"), None)):
-        c = fa3(arches=arches, torch_floor="2.9", abi3_python="3.10", profile="full" if tag is None else tag,
-                profile_spec=INFER if tag else ProfileSpec())  # fmt: skip
+        c = fa3(
+            arches=arches,
+            torch_floor="2.9",
+            abi3_python="3.10",
+            profile="full" if tag is None else tag,
+            profile_spec=INFER if tag else ProfileSpec(),
+        )
         parts = parse_local(c.local_version)
         assert parts is not None and parts.stable_abi
         assert parts.variant == c.variant and parts.profile_tag == tag
@@ -124,9 +157,21 @@ def test_local_version_round_trip() -> None:
 
 
 def test_names_from_a_manifest() -> None:
-    manifest = {"kernel": "flash-attn-3", "kernel_version": "3.0.0", "local_version": "cu130sm90atorch2.9abi3.fa3hd64128",
-                "inputs": {"toolkit": "cuda13.0", "torch": "2.11.0", "python": "3.12", "cxx11_abi": True,
-                           "arches": ["sm_90a"], "profile": "fa3hd64128", "torch_floor": "2.9", "abi3_python": "3.10"}}  # fmt: skip
+    manifest = {
+        "kernel": "flash-attn-3",
+        "kernel_version": "3.0.0",
+        "local_version": "cu130sm90atorch2.9abi3.fa3hd64128",
+        "inputs": {
+            "toolkit": "cuda13.0",
+            "torch": "2.11.0",
+            "python": "3.12",
+            "cxx11_abi": True,
+            "arches": ["sm_90a"],
+            "profile": "fa3hd64128",
+            "torch_floor": "2.9",
+            "abi3_python": "3.10",
+        },
+    }
     names = expected_names(manifest)
     assert names.dist == "flash_attn_3" and names.version == "3.0.0+cu130sm90atorch2.9abi3.fa3hd64128"
     assert names.wheel_tag == "cp310-abi3-linux_x86_64" and names.torch_requirement == "torch>=2.9"
@@ -178,7 +223,7 @@ def test_plan_collapses_abi3_cells_into_one_wheel_per_toolkit(data: CompatData) 
 
 
 def test_flash_attn_3_needs_a_source_with_subdir() -> None:
-    from attnforge.errors import ConfigurationError
+    from attnforge.core.errors import ConfigurationError
 
     bad = MATRIX % ("1" * 64, SNAPSHOT_SHA)
     with pytest.raises(ConfigurationError, match="no sdist on the package index"):
@@ -204,7 +249,7 @@ def test_the_committed_matrix_plans_fa3_beside_fa2(run_cli: Run, root: Path) -> 
 
 
 def test_runner_smoke_imports_the_kernel_of_the_wheel() -> None:
-    from attnforge.runner.smoke import kernel_of_wheel, script_for
+    from attnforge.runner.gpu_smoke import kernel_of_wheel, script_for
 
     wheel = Path("flash_attn_3-3.0.0+cu130sm90atorch2.9abi3.fa3hd64128-cp310-abi3-manylinux_2_34_x86_64.whl")
     assert kernel_of_wheel(wheel) == "flash-attn-3" and kernel_of_wheel(Path("x.whl")) == "flash-attn"
@@ -215,7 +260,7 @@ def test_runner_smoke_imports_the_kernel_of_the_wheel() -> None:
 
 def test_the_cibuildwheel_export_refuses_fa3(data: CompatData) -> None:
     from attnforge.ci.cibuildwheel_config import cibuildwheel_config
-    from attnforge.errors import ConfigurationError
+    from attnforge.core.errors import ConfigurationError
 
     with pytest.raises(
         ConfigurationError, match="maps flash-attn \\(FA2\\) cells only; build flash-attn-3 with"

@@ -9,15 +9,24 @@ from typing import Any
 
 import pytest
 
-from attnforge.install.doctor import diagnose
-from attnforge.install.which import Env, resolve
+from attnforge.client.doctor import diagnose
+from attnforge.client.which import resolve
+from attnforge.engine.environment import Env
 from attnforge.publish.index import Bundle, StaticIndex
 from attnforge.wheels.wheelio import Member, write_wheel
 from tests.unit.test_wheels_resolver import probe
 
 LOCAL = "cu130sm90atorch2.9abi3.fa3hd64128"
-INPUTS = {"toolkit": "cuda13.0", "torch": "2.11.0", "python": "3.12", "cxx11_abi": True, "arches": ["sm_90a"],
-          "profile": "fa3hd64128", "torch_floor": "2.9", "abi3_python": "3.10"}  # fmt: skip
+INPUTS = {
+    "toolkit": "cuda13.0",
+    "torch": "2.11.0",
+    "python": "3.12",
+    "cxx11_abi": True,
+    "arches": ["sm_90a"],
+    "profile": "fa3hd64128",
+    "torch_floor": "2.9",
+    "abi3_python": "3.10",
+}
 HOPPER = {"name": "H100", "capability": [9, 0], "gcn_arch": None}
 
 
@@ -37,8 +46,16 @@ def fa3_bundle(where: Path) -> Bundle:
     }
     wheel = write_wheel(where, name, dist_info, members, 1700000000)
     data = wheel.read_bytes()
-    manifest = {"kernel": "flash-attn-3", "kernel_version": "3.0.0", "variant": "cu130-sm90a-torch2.9abi3", "wheel": name,
-                "sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "inputs": dict(INPUTS), "finalize": {}}  # fmt: skip
+    manifest = {
+        "kernel": "flash-attn-3",
+        "kernel_version": "3.0.0",
+        "variant": "cu130-sm90a-torch2.9abi3",
+        "wheel": name,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size": len(data),
+        "inputs": dict(INPUTS),
+        "finalize": {},
+    }
     return Bundle(wheel=wheel, manifest=manifest)
 
 
@@ -50,9 +67,13 @@ def index(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(
     ("torch", "cuda", "python"),
-    [("2.11.0+cu130", "13.0", "3.12.3"), ("2.14.1", "13.0", "3.11.7"), ("2.9.1+cu130", "13.0", "3.10.4"),
-     ("2.15.0", "13.2", "3.13.1")],
-)  # fmt: skip
+    [
+        ("2.11.0+cu130", "13.0", "3.12.3"),
+        ("2.14.1", "13.0", "3.11.7"),
+        ("2.9.1+cu130", "13.0", "3.10.4"),
+        ("2.15.0", "13.2", "3.13.1"),
+    ],
+)
 def test_one_wheel_fits_every_torch_from_its_floor(index: Path, torch: str, cuda: str, python: str) -> None:
     env = Env.from_probe(probe(torch=torch, cuda=cuda, python=python, gpus=[HOPPER]))
     res = resolve(env, str(index), "fa3hd64128", "flash-attn-3")
@@ -65,12 +86,20 @@ def test_one_wheel_fits_every_torch_from_its_floor(index: Path, torch: str, cuda
 @pytest.mark.parametrize(
     ("kw", "axis", "why"),
     [
-        ({"torch": "2.8.0+cu128", "cuda": "12.8"}, "torch", "wheel needs torch >= 2.9 (stable ABI), this is 2.8.0+cu128"),
+        (
+            {"torch": "2.8.0+cu128", "cuda": "12.8"},
+            "torch",
+            "wheel needs torch >= 2.9 (stable ABI), this is 2.8.0+cu128",
+        ),
         ({"torch": "2.9.1+cu128", "cuda": "12.8"}, "accelerator", "wheel is cu130, torch here is cu128"),
         ({"python": "3.9.18"}, "python", "wheel is for cp310, this is cp39"),
-        ({"gpus": [{"name": "B200", "capability": [10, 0], "gcn_arch": None}]}, "gpu_arch", "wheel has sm_90a, GPU here is sm_100"),
+        (
+            {"gpus": [{"name": "B200", "capability": [10, 0], "gcn_arch": None}]},
+            "gpu_arch",
+            "wheel has sm_90a, GPU here is sm_100",
+        ),
     ],
-)  # fmt: skip
+)
 def test_what_a_stable_abi_wheel_does_not_fit(index: Path, kw: dict[str, Any], axis: str, why: str) -> None:
     res = resolve(Env.from_probe(probe(**kw)), str(index), "fa3hd64128", "flash-attn-3")
     assert res.choice is None
@@ -80,8 +109,14 @@ def test_what_a_stable_abi_wheel_does_not_fit(index: Path, kw: dict[str, Any], a
 
 def test_doctor_on_an_installed_fa3_wheel() -> None:
     record = {"cell_id": "c", "variant": "cu130-sm90a-torch2.9abi3", "inputs": dict(INPUTS)}
-    fa = {"installed": True, "version": f"3.0.0+{LOCAL}", "requires": ["torch>=2.9", "einops"], "location": "/v",
-          "build_record": record, "import": {"ok": True, "file": "/v/flash_attn_interface.py"}}  # fmt: skip
+    fa = {
+        "installed": True,
+        "version": f"3.0.0+{LOCAL}",
+        "requires": ["torch>=2.9", "einops"],
+        "location": "/v",
+        "build_record": record,
+        "import": {"ok": True, "file": "/v/flash_attn_interface.py"},
+    }
     data = probe(torch="2.13.0+cu131", cuda="13.1", gpus=[HOPPER], python="3.11.7")
     data["flash_attn"] = fa
     checks = {c.name: (c.status, c.detail) for c in diagnose(data, "flash-attn-3")}

@@ -36,9 +36,20 @@ def test_split_graphs_give_flex_attention_output_and_gradients(split: Any, mask:
 
     from attnforge.flex.runtime import mods
 
-    v = {"name": f"{mask}-fwdbwd", "mask": mask, "window": 32, "score_mod": "none", "dtype": "fp16",
-         "backward": True, "device": "cpu", "batch": 1, "heads_q": 2, "heads_kv": 2, "head_dim": 64,
-         "seq_len": 128}  # fmt: skip
+    v = {
+        "name": f"{mask}-fwdbwd",
+        "mask": mask,
+        "window": 32,
+        "score_mod": "none",
+        "dtype": "fp16",
+        "backward": True,
+        "device": "cpu",
+        "batch": 1,
+        "heads_q": 2,
+        "heads_kv": 2,
+        "head_dim": 64,
+        "seq_len": 128,
+    }
     fwd, bwd, info = split(v, "cpu")
     assert info["ops"] == ["flex_attention", "flex_attention_backward"]
     assert _ops(fwd) == ["flex_attention"]

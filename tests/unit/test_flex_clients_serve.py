@@ -19,28 +19,57 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from attnforge.flex import runtime  # noqa: E402
+from attnforge.flex.flex_spec import parse_variants  # noqa: E402
 from attnforge.flex.runtime import _Guarded, envkeys, mods  # noqa: E402
 from attnforge.flex.runtime.serve import Call, Server, run_padded  # noqa: E402
-from attnforge.flex.spec import parse_variants  # noqa: E402
 
 LLAMA = {"num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 64, "torch_dtype": "bfloat16"}
-DECL = {"clients": [
-    {"name": "llama", "client": "transformers", "config": LLAMA, "buckets": [32, 64], "batches": [2],
-     "device": "cpu"},
-    {"name": "mistral", "client": "transformers", "config": LLAMA | {"sliding_window": 8}, "buckets": [32],
-     "batches": [2], "device": "cpu"},
-    {"name": "flux", "client": "diffusers", "config": {"num_attention_heads": 2, "attention_head_dim": 16},
-     "seq_lens": [48], "device": "cpu"},
-    {"name": "script", "client": "torch", "heads_q": 2, "head_dim": 16, "seq_lens": [64], "device": "cpu"},
-]}  # fmt: skip
+DECL = {
+    "clients": [
+        {
+            "name": "llama",
+            "client": "transformers",
+            "config": LLAMA,
+            "buckets": [32, 64],
+            "batches": [2],
+            "device": "cpu",
+        },
+        {
+            "name": "mistral",
+            "client": "transformers",
+            "config": LLAMA | {"sliding_window": 8},
+            "buckets": [32],
+            "batches": [2],
+            "device": "cpu",
+        },
+        {
+            "name": "flux",
+            "client": "diffusers",
+            "config": {"num_attention_heads": 2, "attention_head_dim": 16},
+            "seq_lens": [48],
+            "device": "cpu",
+        },
+        {
+            "name": "script",
+            "client": "torch",
+            "heads_q": 2,
+            "head_dim": 16,
+            "seq_lens": [64],
+            "device": "cpu",
+        },
+    ]
+}
 
 
 def _artifacts(tmp_path: Path, env: dict[str, Any] | None = None) -> Path:
     art = tmp_path / "artifacts"
     art.mkdir(exist_ok=True)
     specs = [v.as_dict() for v in parse_variants(DECL)]
-    manifest = {"schema": 1, "env": env or envkeys.collect("cpu"),
-                "variants": [{"name": s["name"], "spec": s} for s in specs]}  # fmt: skip
+    manifest = {
+        "schema": 1,
+        "env": env or envkeys.collect("cpu"),
+        "variants": [{"name": s["name"], "spec": s} for s in specs],
+    }
     (art / "manifest.json").write_text(json.dumps(manifest))
     return art
 
@@ -53,8 +82,16 @@ def _eager(server: Server) -> Server:
 
 
 def _call(**kw: Any) -> Call:
-    base = {"batch": 2, "heads_q": 4, "heads_kv": 2, "seq_len": 20, "head_dim": 16, "dtype": "bf16",
-            "device": "cpu", "mask": "causal"}  # fmt: skip
+    base = {
+        "batch": 2,
+        "heads_q": 4,
+        "heads_kv": 2,
+        "seq_len": 20,
+        "head_dim": 16,
+        "dtype": "bf16",
+        "device": "cpu",
+        "mask": "causal",
+    }
     return Call(**(base | kw))
 
 
@@ -66,8 +103,15 @@ def test_lookup_picks_the_shortest_length_that_serves_the_call(tmp_path: Path) -
     assert server.lookup(_call(seq_len=20, mask="sliding_window", window=7))[0]["name"] == "mistral-b2-s32"  # type: ignore[index]
     spec, why = server.lookup(_call(seq_len=65))
     assert spec is None and why == "length 65 is outside the declared lengths (1-32, 33-64)"
-    for other in (_call(batch=3), _call(dtype="fp16"), _call(scale=0.5), _call(mask="sliding_window", window=8),
-                  _call(head_dim=32), _call(softcap=30.0), _call(grad=True)):  # fmt: skip
+    for other in (
+        _call(batch=3),
+        _call(dtype="fp16"),
+        _call(scale=0.5),
+        _call(mask="sliding_window", window=8),
+        _call(head_dim=32),
+        _call(softcap=30.0),
+        _call(grad=True),
+    ):
         spec, why = server.lookup(other)
         assert spec is None and "no variant with these" in why, other
     assert server.lookup(_call(scale=16**-0.5))[0] is not None  # the default scale, given explicitly
@@ -80,18 +124,29 @@ def test_unserved_call_logs_one_line_per_shape(tmp_path: Path, caplog: pytest.Lo
         for _ in range(3):
             assert server.run(Call.of(q, k, v, "causal"), q, k, v) is None
     lines = [r.getMessage() for r in caplog.records]
-    assert lines == ["attnforge_flex: transformers: B2 S70 H4/2 D16 bf16 cpu causal fwd not served "
-                     "(length 70 is outside the declared lengths (1-32, 33-64)); compiling as usual"]  # fmt: skip
+    assert lines == [
+        "attnforge_flex: transformers: B2 S70 H4/2 D16 bf16 cpu causal fwd not served "
+        "(length 70 is outside the declared lengths (1-32, 33-64)); compiling as usual"
+    ]
     assert server.counts["not served"] == 3
 
 
-@pytest.mark.parametrize(("mask", "window", "exact"), [("causal", None, True), ("sliding_window", 5, True),
-                                                       ("full", None, False)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("mask", "window", "exact"), [("causal", None, True), ("sliding_window", 5, True), ("full", None, False)]
+)
 def test_padding_to_a_bucket_is_exact_only_where_padded_keys_are_invisible(
     mask: str, window: int | None, exact: bool
 ) -> None:
-    v = {"name": "v", "mask": mask, "window": window, "heads_q": 2, "heads_kv": 2, "head_dim": 16, "seq_len": 40,
-         "dtype": "bf16"}  # fmt: skip
+    v = {
+        "name": "v",
+        "mask": mask,
+        "window": window,
+        "heads_q": 2,
+        "heads_kv": 2,
+        "head_dim": 16,
+        "seq_len": 40,
+        "dtype": "bf16",
+    }
     q, k, vv = (torch.randn(1, 2, 23, 16).to(torch.bfloat16) for _ in range(3))
     ref = mods.FlexCall(v | {"seq_len": 23}, "cpu", compiled=False)(q, k, vv)
     got = run_padded(mods.FlexCall(v, "cpu", compiled=False), 40, q, k, vv)
@@ -158,18 +213,27 @@ def _decoder(cls_name: str, **extra: Any) -> Any:
     import transformers
 
     cfg = getattr(transformers, f"{cls_name}Config")(
-        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, **extra,
-    )  # fmt: skip
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        **extra,
+    )
     torch.manual_seed(0)
     return getattr(transformers, f"{cls_name}ForCausalLM")(cfg).to(torch.bfloat16).eval()
 
 
-@pytest.mark.parametrize(("model", "extra", "seq_len", "served_by"), [
-    ("Llama", {}, 20, "llama-b2-s32"),  # padded up to the 32 bucket
-    ("Llama", {}, 64, "llama-b2-s64"),
-    ("Mistral", {"sliding_window": 8}, 30, "mistral-b2-s32"),  # the window binds: 30 > 8
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("model", "extra", "seq_len", "served_by"),
+    [
+        ("Llama", {}, 20, "llama-b2-s32"),  # padded up to the 32 bucket
+        ("Llama", {}, 64, "llama-b2-s64"),
+        ("Mistral", {"sliding_window": 8}, 30, "mistral-b2-s32"),  # the window binds: 30 > 8
+    ],
+)
 @pytest.mark.parametrize("impl", ["flex_attention", "attnforge_flex"])
 def test_transformers_decoder_runs_attnforge_with_eager_attention_output(
     clients: Any, model: str, extra: dict, seq_len: int, served_by: str, impl: str
@@ -208,15 +272,31 @@ def test_diffusers_flux_runs_attnforge_behind_the_flex_backend(clients: Any) -> 
     from diffusers import FluxTransformer2DModel
 
     torch.manual_seed(0)
-    t = FluxTransformer2DModel(patch_size=1, in_channels=4, num_layers=1, num_single_layers=1, attention_head_dim=16,
-                               num_attention_heads=2, joint_attention_dim=32, pooled_projection_dim=32,
-                               axes_dims_rope=[4, 4, 8]).to(torch.bfloat16).eval()  # fmt: skip
+    t = (
+        FluxTransformer2DModel(
+            patch_size=1,
+            in_channels=4,
+            num_layers=1,
+            num_single_layers=1,
+            attention_head_dim=16,
+            num_attention_heads=2,
+            joint_attention_dim=32,
+            pooled_projection_dim=32,
+            axes_dims_rope=[4, 4, 8],
+        )
+        .to(torch.bfloat16)
+        .eval()
+    )
     g = torch.Generator().manual_seed(2)
     img, txt = 32, 16  # 48 tokens: the declared length
-    inp = {"hidden_states": torch.randn(1, img, 4, generator=g).to(torch.bfloat16),
-           "encoder_hidden_states": torch.randn(1, txt, 32, generator=g).to(torch.bfloat16),
-           "pooled_projections": torch.randn(1, 32, generator=g).to(torch.bfloat16),
-           "timestep": torch.tensor([1.0]), "img_ids": torch.zeros(img, 3), "txt_ids": torch.zeros(txt, 3)}  # fmt: skip
+    inp = {
+        "hidden_states": torch.randn(1, img, 4, generator=g).to(torch.bfloat16),
+        "encoder_hidden_states": torch.randn(1, txt, 32, generator=g).to(torch.bfloat16),
+        "pooled_projections": torch.randn(1, 32, generator=g).to(torch.bfloat16),
+        "timestep": torch.tensor([1.0]),
+        "img_ids": torch.zeros(img, 3),
+        "txt_ids": torch.zeros(txt, 3),
+    }
     with torch.no_grad():
         ref = t(**inp).sample.float()  # diffusers' native (SDPA) attention
         t.set_attention_backend("flex")

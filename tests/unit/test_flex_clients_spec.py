@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.errors import ConfigurationError
-from attnforge.flex.spec import FlexVariant, load_variants, parse_variants
+from attnforge.core.errors import ConfigurationError
+from attnforge.flex.flex_spec import FlexVariant, load_variants, parse_variants
 
 LLAMA = {"num_attention_heads": 8, "num_key_value_heads": 2, "hidden_size": 512, "torch_dtype": "bfloat16"}
 
@@ -18,8 +18,9 @@ def _one(**decl: object) -> list[dict]:
 
 
 def test_transformers_config_expands_to_one_variant_per_batch_and_length() -> None:
-    vs = _one(client="transformers", config=LLAMA, buckets=[256, 512], seq_lens=[100], batches=[4, 1],
-              training=True)  # fmt: skip
+    vs = _one(
+        client="transformers", config=LLAMA, buckets=[256, 512], seq_lens=[100], batches=[4, 1], training=True
+    )
     names = [v["name"] for v in vs]
     assert names == ["m-b1-s100", "m-b1-s256", "m-b1-s512", "m-b4-s100", "m-b4-s256", "m-b4-s512"]
     v = vs[1]
@@ -30,9 +31,17 @@ def test_transformers_config_expands_to_one_variant_per_batch_and_length() -> No
 
 
 def test_gemma_like_config_gives_causal_and_sliding_kinds_with_softcap_and_scale() -> None:
-    cfg = {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "hidden_size": 2304,
-           "dtype": "bfloat16", "sliding_window": 4096, "attn_logit_softcapping": 50.0,
-           "query_pre_attn_scalar": 256, "layer_types": ["sliding_attention", "full_attention"]}  # fmt: skip
+    cfg = {
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "hidden_size": 2304,
+        "dtype": "bfloat16",
+        "sliding_window": 4096,
+        "attn_logit_softcapping": 50.0,
+        "query_pre_attn_scalar": 256,
+        "layer_types": ["sliding_attention", "full_attention"],
+    }
     vs = _one(client="transformers", config=cfg, seq_lens=[1024])
     assert [v["name"] for v in vs] == ["m-causal-b1-s1024", "m-sliding-b1-s1024"]
     full, swa = vs
@@ -56,8 +65,12 @@ def test_mask_kind_follows_the_config(extra: dict, mask: str, window: int | None
 
 
 def test_diffusers_transformer_config_is_full_attention_with_exact_lengths() -> None:
-    vs = _one(client="diffusers", config={"num_attention_heads": 24, "attention_head_dim": 128},
-              seq_lens=[4352, 4608], dtype="fp16")  # fmt: skip
+    vs = _one(
+        client="diffusers",
+        config={"num_attention_heads": 24, "attention_head_dim": 128},
+        seq_lens=[4352, 4608],
+        dtype="fp16",
+    )
     assert [
         (v["mask"], v["heads_q"], v["head_dim"], v["dtype"], v["seq_len"], v["pad_from"]) for v in vs
     ] == [

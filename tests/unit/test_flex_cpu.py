@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from attnforge.flex.runtime import mods  # noqa: E402
 from attnforge.parity.flexcases import parity_variants, run_variant  # noqa: E402
-from attnforge.parity.report import PASSED  # noqa: E402
+from attnforge.parity.parity_report import PASSED  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])

@@ -19,14 +19,21 @@ def test_import_does_not_import_torch() -> None:
     code = (
         "import sys, attnforge.flex.runtime as r; print('torch' in sys.modules, r.variants('/nonexistent'))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": str(SRC)}).stdout.split()  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONPATH": str(SRC)}
+    ).stdout.split()
     assert out == ["False", "{}"]
 
 
 def test_local_version_and_mismatches() -> None:
-    cuda = {"device": "cuda", "torch": "2.11.0+cu130", "cuda": "13.0", "capability": "9.0", "triton": "3.6.0",
-            "python": "3.12"}  # fmt: skip
+    cuda = {
+        "device": "cuda",
+        "torch": "2.11.0+cu130",
+        "cuda": "13.0",
+        "capability": "9.0",
+        "triton": "3.6.0",
+        "python": "3.12",
+    }
     assert envkeys.local_version(cuda) == "torch2.11.cu130.sm90"
     cpu = {"device": "cpu", "torch": "2.13.0+cpu", "cpu_capability": "AVX512", "python": "3.11"}
     assert envkeys.local_version(cpu) == "torch2.13.cpu.avx512"
@@ -44,11 +51,39 @@ def _artifacts(tmp_path: Path, env: dict, blob: bytes = b"x") -> Path:
     (art / "v.megacache.bin").write_bytes(blob)
     import hashlib
 
-    spec = {"name": "v", "mask": "causal", "score_mod": "none", "dtype": "bf16", "head_dim": 16, "heads_q": 2,
-            "heads_kv": 2, "seq_len": 32, "batch": 1, "backward": False, "device": "cpu"}  # fmt: skip
-    (art / "manifest.json").write_text(json.dumps({
-        "schema": 1, "env": env, "variants": [{"name": "v", "spec": spec, "aoti": None, "megacache": {
-            "file": "v.megacache.bin", "sha256": hashlib.sha256(b"x").hexdigest(), "size": 1}}]}))  # fmt: skip
+    spec = {
+        "name": "v",
+        "mask": "causal",
+        "score_mod": "none",
+        "dtype": "bf16",
+        "head_dim": 16,
+        "heads_q": 2,
+        "heads_kv": 2,
+        "seq_len": 32,
+        "batch": 1,
+        "backward": False,
+        "device": "cpu",
+    }
+    (art / "manifest.json").write_text(
+        json.dumps(
+            {
+                "schema": 1,
+                "env": env,
+                "variants": [
+                    {
+                        "name": "v",
+                        "spec": spec,
+                        "aoti": None,
+                        "megacache": {
+                            "file": "v.megacache.bin",
+                            "sha256": hashlib.sha256(b"x").hexdigest(),
+                            "size": 1,
+                        },
+                    }
+                ],
+            }
+        )
+    )
     return art
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.errors import ConfigurationError
+from attnforge.core.errors import ConfigurationError
 from attnforge.flex.defaults import DEFAULT_VARIANTS
-from attnforge.flex.spec import FlexVariant, load_variants, parse_variants
+from attnforge.flex.flex_spec import FlexVariant, load_variants, parse_variants
 
 
 def test_defaults_parse_and_are_unique() -> None:

@@ -11,17 +11,30 @@ from pathlib import Path
 import pytest
 
 from attnforge.builder.files import sha256_file
+from attnforge.core.errors import ConfigurationError
 from attnforge.engine.sources import fetch_source
-from attnforge.errors import ConfigurationError
-from attnforge.matrix.lock import git_commit, source_sha256
 from attnforge.matrix.schema import KernelSpec, SourceSpec
+from attnforge.matrix.source_lock import git_commit, source_sha256
 
 
 def git(*args: str, cwd: Path) -> str:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e",
-           "GIT_AUTHOR_DATE": "2026-08-15T00:00:00Z", "GIT_COMMITTER_DATE": "2026-08-15T00:00:00Z", "PATH": "/usr/bin:/bin"}  # fmt: skip
-    return subprocess.run(["git", "-c", "protocol.file.allow=always", *args], cwd=cwd, env=env, check=True,
-                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@e",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@e",
+        "GIT_AUTHOR_DATE": "2026-08-15T00:00:00Z",
+        "GIT_COMMITTER_DATE": "2026-08-15T00:00:00Z",
+        "PATH": "/usr/bin:/bin",
+    }
+    return subprocess.run(
+        ["git", "-c", "protocol.file.allow=always", *args],
+        cwd=cwd,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,8 @@ from attnforge.builder.patches import resolve_patches
 from attnforge.builder.report import Reporter
 from attnforge.builder.source import prepare_tree
 from attnforge.builder.spec import BuildSpec, Source
-from attnforge.errors import ConfigurationError, EnvironmentProblem
+from attnforge.core.errors import ConfigurationError, EnvironmentProblem
+from attnforge.engine.environment import Env
 from attnforge.images import ngc_image
 from attnforge.images.ngc import NGC_IMAGE_TEMPLATE, STANDIN_TEMPLATE, BaseFacts
 from attnforge.images.ngc_image import (
@@ -31,10 +32,9 @@ from attnforge.images.ngc_image import (
 )
 from attnforge.images.requests import ImageRequest, Skipped
 from attnforge.images.standin import standin_torch_version
-from attnforge.install.which import Env
 from attnforge.matrix.cell import Cell, Toolkit
 from attnforge.matrix.compat import NgcRelease
-from attnforge.project import Project
+from attnforge.matrix.project import Project
 from attnforge.wheels.finalize import _rewrite_metadata
 from attnforge.wheels.manifest import manifest_inputs
 from attnforge.wheels.naming import expected_names, parse_local
@@ -75,8 +75,16 @@ def template(project: Project, profile: str = "full", **kw: object) -> Cell:
 def facts(
     torch: str = NGC_TORCH, accel: str | None = "cu129", python: str = "3.12", **kw: object
 ) -> BaseFacts:
-    env = Env(python=python, machine="x86_64", glibc=(2, 39), torch=torch, accel=accel, cxx11_abi=True,
-              gpus=(), driver_cuda=None)  # fmt: skip
+    env = Env(
+        python=python,
+        machine="x86_64",
+        glibc=(2, 39),
+        torch=torch,
+        accel=accel,
+        cxx11_abi=True,
+        gpus=(),
+        driver_cuda=None,
+    )
     base: dict[str, object] = dict(
         env=env,
         executable="/usr/bin/python",
@@ -160,8 +168,13 @@ def test_cell_and_spec_for_a_real_ngc_torch(project: Project) -> None:
     assert BuildSpec.from_json(json.loads(spec.dumps())) == spec
     assert resolve_patches(spec) == ["torch-free-kernels", "setup-hooks", "dispatch-subset"]
 
-    manifest = {"kernel": "flash-attn", "kernel_version": "2.8.3", "local_version": cell.local_version,
-                "variant": cell.variant, "inputs": manifest_inputs(cell)}  # fmt: skip
+    manifest = {
+        "kernel": "flash-attn",
+        "kernel_version": "2.8.3",
+        "local_version": cell.local_version,
+        "variant": cell.variant,
+        "inputs": manifest_inputs(cell),
+    }
     names = expected_names(manifest)
     assert (names.local_version, names.variant) == (cell.local_version, cell.variant)
     assert names.torch_requirement == f"torch=={NGC_TORCH}"
@@ -251,9 +264,17 @@ def test_template_of_a_manifest_takes_the_matrix_profile(project: Project) -> No
         "kernel": "flash-attn",
         "kernel_version": "2.8.3",
         "wheel": "w.whl",
-        "inputs": {"toolkit": "cuda12.9", "torch": "2.8.0", "python": "3.12", "cxx11_abi": True,
-                   "arches": ["sm_90"], "profile": "inference", "patches": [], "source_sha256": "ab"},
-    }  # fmt: skip
+        "inputs": {
+            "toolkit": "cuda12.9",
+            "torch": "2.8.0",
+            "python": "3.12",
+            "cxx11_abi": True,
+            "arches": ["sm_90"],
+            "profile": "inference",
+            "patches": [],
+            "source_sha256": "ab",
+        },
+    }
     cell = template_of(manifest, dict(project.matrix.profiles))
     assert cell.profile == "inference" and "backward" in cell.profile_spec.disable
     assert cell.source_sha256 == "ab" and cell.local_version.endswith(".infer")
@@ -288,8 +309,12 @@ def test_dockerfile_stages_match_the_spec_paths() -> None:
     wheels/; `keep` touches nothing."""
     text = (ROOT / "docker" / "ngc.Dockerfile").read_text()
     stages = re.findall(r"^FROM (\S+) AS (\w+)$", text, re.MULTILINE)
-    assert stages == [("${NGC_IMAGE}", "build"), ("scratch", "wheel"), ("${NGC_IMAGE}", "keep"),
-                      ("${NGC_IMAGE}", "replace")]  # fmt: skip
+    assert stages == [
+        ("${NGC_IMAGE}", "build"),
+        ("scratch", "wheel"),
+        ("${NGC_IMAGE}", "keep"),
+        ("${NGC_IMAGE}", "replace"),
+    ]
     build = text.split(" AS build\n")[1].split("\nFROM ")[0]
     assert f"source=attnforge,target={ngc_image.MOUNT}" in build
     assert (

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.backends.pip_config import PipOptions
-from attnforge.errors import ConfigurationError, PublishError
+from attnforge.client.pull import Candidate, Host, arch_fit, evaluate
+from attnforge.core.docker_cli import Docker, pushed_digest, redact
+from attnforge.core.errors import ConfigurationError, PublishError
+from attnforge.engine.backends.pip_config import PipOptions
+from attnforge.engine.base_images import BaseRecord, load_bases, write_bases
 from attnforge.images import push as push_mod
-from attnforge.images.bases import BaseRecord, load_bases, write_bases
 from attnforge.images.credentials import resolve_credentials
-from attnforge.images.docker import Docker, pushed_digest, redact
 from attnforge.images.localindex import LocalIndexServer, Sources, project_of
-from attnforge.images.naming import ImageSpec, aliases, is_alias, parse_tag, resolve_tags
 from attnforge.images.pipplan import plan_pip
 from attnforge.images.record import BuiltImage, ImageSet
 from attnforge.images.registry import Manifest, is_loopback
@@ -32,7 +32,7 @@ from attnforge.images.requests import (
     runtime_request,
     torch_requirement,
 )
-from attnforge.install.pull import Candidate, Host, arch_fit, evaluate
+from attnforge.images.tags import ImageSpec, aliases, is_alias, parse_tag, resolve_tags
 
 FLOORS = {12: "525.60.13", 13: "580.65.06"}
 
@@ -387,14 +387,23 @@ def test_image_set_orders_immutable_tags_before_aliases() -> None:
 
 
 def test_fa3_image_names_and_smoke_imports() -> None:
-    from attnforge.images.naming import ImageSpec
+    from attnforge.core.kernels import modules
     from attnforge.images.smoke_script import arch_fits
-    from attnforge.kernels import modules
+    from attnforge.images.tags import ImageSpec
 
-    spec = ImageSpec(kind="runtime", kernel="flash-attn-3", kernel_version="3.0.0",
-                     dist_version="3.0.0+cu130sm90atorch2.9abi3.fa3hd64128", variant="cu130-sm90a-torch2.9abi3",
-                     python="3.12", toolkit="cuda13.0", torch="2.11.0+cu130", arches=("sm_90a",),
-                     profile="fa3hd64128", profile_tag="fa3hd64128")  # fmt: skip
+    spec = ImageSpec(
+        kind="runtime",
+        kernel="flash-attn-3",
+        kernel_version="3.0.0",
+        dist_version="3.0.0+cu130sm90atorch2.9abi3.fa3hd64128",
+        variant="cu130-sm90a-torch2.9abi3",
+        python="3.12",
+        toolkit="cuda13.0",
+        torch="2.11.0+cu130",
+        arches=("sm_90a",),
+        profile="fa3hd64128",
+        profile_tag="fa3hd64128",
+    )
     assert spec.tag == "flash-attn-3-3.0.0-cu130-sm90a-torch2.9abi3-fa3hd64128-py3.12"
     assert modules("flash-attn-3") == {
         "dist": "flash_attn_3",

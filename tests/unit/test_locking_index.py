@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from attnforge.errors import ConfigurationError, EnvironmentProblem
-from attnforge.matrix.lock import sdist_url
+from attnforge.core.errors import ConfigurationError, EnvironmentProblem
+from attnforge.matrix.source_lock import sdist_url
 
 SHA = "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 PAGES: dict[str, tuple[str, bytes]] = {

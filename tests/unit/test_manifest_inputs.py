@@ -14,7 +14,8 @@ from attnforge.matrix.cell import Cell
 from attnforge.matrix.compat import CompatData
 from attnforge.matrix.file import parse_matrix
 from attnforge.matrix.plan import plan_target
-from attnforge.wheels.manifest import build_manifest, manifest_inputs
+from attnforge.engine.wheel_record import build_manifest
+from attnforge.wheels.manifest import manifest_inputs
 
 SHA = "1" * 64
 MATRIX = f"""\
@@ -62,9 +63,13 @@ def test_build_manifest_inputs_unchanged(cells: dict[str, Cell], tmp_path: Path)
     wheel.write_bytes(b"PK")
     par = Parallelism(2, 1, 4.5, "test")
     spec = make_spec(
-        cell, source=Source(str(tmp_path / "s.tar.gz"), "0" * 64), workdir=tmp_path / "w", objects_dir=tmp_path / "o",
-        ccache_dir=tmp_path / "c", parallelism=par,
-    )  # fmt: skip
+        cell,
+        source=Source(str(tmp_path / "s.tar.gz"), "0" * 64),
+        workdir=tmp_path / "w",
+        objects_dir=tmp_path / "o",
+        ccache_dir=tmp_path / "c",
+        parallelism=par,
+    )
     job = CellJob(cell, spec, tmp_path / "w", tmp_path / "log", par, "hash")
     manifest = build_manifest(cell, wheel, {}, job, "docker", 1.0)
     assert manifest["inputs"] == _old_build_inputs(cell)

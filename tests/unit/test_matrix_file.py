@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.errors import ConfigurationError
+from attnforge.core.errors import ConfigurationError
 from attnforge.matrix.file import load_matrix, parse_matrix
 
 GOOD = """\

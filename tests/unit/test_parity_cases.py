@@ -41,8 +41,14 @@ def test_excluded_head_dims_dtypes_and_features_become_expected_errors() -> None
 
 
 def test_inference_profile_skips_backward_with_a_reason() -> None:
-    prof = P.from_manifest({"inputs": {"profile": "inference", "profile_flags": [
-        "-DFLASHATTENTION_DISABLE_BACKWARD", "-DFLASHATTENTION_DISABLE_DROPOUT"]}})  # fmt: skip
+    prof = P.from_manifest(
+        {
+            "inputs": {
+                "profile": "inference",
+                "profile_flags": ["-DFLASHATTENTION_DISABLE_BACKWARD", "-DFLASHATTENTION_DISABLE_DROPOUT"],
+            }
+        }
+    )
     assert not prof.backward and prof.disabled == {"backward", "dropout"}
     cs = C.flash_cases(prof, quick=True)
     working = [c for c in cs if not c.expect_error and c.kernel != "kvcache"]
@@ -73,10 +79,22 @@ def test_a_broken_profile_fails_collection_instead_of_skipping(tmp_path: Path) -
     bad.write_text("{not json")
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-         str(root / "tests" / "gpu" / "test_flash_attn_parity.py")],
-        capture_output=True, text=True, cwd=root, env={**os.environ, "ATTNFORGE_PARITY_MANIFEST": str(bad)},
-        check=False, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(root / "tests" / "gpu" / "test_flash_attn_parity.py"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={**os.environ, "ATTNFORGE_PARITY_MANIFEST": str(bad)},
+        check=False,
+        timeout=300,
+    )
     assert proc.returncode != 0, proc.stdout[-2000:]
     assert "w.whl.manifest.json" in proc.stdout + proc.stderr

@@ -11,17 +11,28 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from attnforge import reference as R  # noqa: E402
 from attnforge.parity import cases as C  # noqa: E402
 from attnforge.parity import profile as P  # noqa: E402
-from attnforge.parity import reference as R  # noqa: E402
 from attnforge.parity.flash import run_case  # noqa: E402
-from attnforge.parity.report import FAILED, PASSED, SKIPPED  # noqa: E402
+from attnforge.parity.parity_report import FAILED, PASSED, SKIPPED  # noqa: E402
 
 BUILT = (128, 120)
 
 
-def _func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-          alibi_slopes=None, deterministic=False, return_attn_probs=False):  # fmt: skip
+def _func(
+    q,
+    k,
+    v,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
     if q.shape[-1] not in BUILT:
         raise RuntimeError(
             f"this flash-attn wheel was built by attnforge with head dims [128] only; got {q.shape[-1]}"
@@ -30,8 +41,17 @@ def _func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=
         raise RuntimeError("this flash-attn wheel was built by attnforge with dtypes [bf16] only; got fp16")
     bias = R.alibi_bias(alibi_slopes, q.shape[1], k.shape[1], causal) if alibi_slopes is not None else None
     keep = torch.rand(q.shape[0], q.shape[2], q.shape[1], k.shape[1]) >= dropout_p if dropout_p > 0 else None
-    out, probs = R.attention_ref(q, k, v, causal=causal, window=tuple(window_size), softcap=softcap, bias=bias,
-                                 dropout_p=dropout_p, dropout_mask=keep)  # fmt: skip
+    out, probs = R.attention_ref(
+        q,
+        k,
+        v,
+        causal=causal,
+        window=tuple(window_size),
+        softcap=softcap,
+        bias=bias,
+        dropout_p=dropout_p,
+        dropout_mask=keep,
+    )
     if return_attn_probs:
         s = probs.float().abs() + 1e-3
         return out, None, torch.where(keep, s, -s)
@@ -43,18 +63,50 @@ def _qkvpacked(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size
     return _func(q, k, v, causal=causal, window_size=window_size, softcap=softcap)
 
 
-def _varlen(q, k, v, cu_q, cu_k, max_q, max_k, dropout_p=0.0, softmax_scale=None, causal=False,
-            window_size=(-1, -1), softcap=0.0, **kw):  # fmt: skip
+def _varlen(
+    q,
+    k,
+    v,
+    cu_q,
+    cu_k,
+    max_q,
+    max_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    **kw,
+):
     outs = []
     for i in range(len(cu_q) - 1):
         sl_q, sl_k = slice(cu_q[i], cu_q[i + 1]), slice(cu_k[i], cu_k[i + 1])
-        outs.append(_func(q[None, sl_q], k[None, sl_k], v[None, sl_k], causal=causal, window_size=window_size,
-                          softcap=softcap)[0])  # fmt: skip
+        outs.append(
+            _func(
+                q[None, sl_q],
+                k[None, sl_k],
+                v[None, sl_k],
+                causal=causal,
+                window_size=window_size,
+                softcap=softcap,
+            )[0]
+        )
     return torch.cat(outs)
 
 
-def _kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, block_table=None, causal=False,
-             window_size=(-1, -1), softcap=0.0, **kw):  # fmt: skip
+def _kvcache(
+    q,
+    k_cache,
+    v_cache,
+    k=None,
+    v=None,
+    cache_seqlens=None,
+    block_table=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    **kw,
+):
     b, sq = q.shape[:2]
     outs = []
     for i in range(b):
@@ -71,13 +123,20 @@ def _kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, block_tabl
             k_cache[i, s : s + sq] = k[i]
             v_cache[i, s : s + sq] = v[i]
             kd, vd = k_cache[i, : s + sq], v_cache[i, : s + sq]
-        outs.append(_func(q[i : i + 1], kd[None], vd[None], causal=causal, window_size=window_size,
-                          softcap=softcap)[0])  # fmt: skip
+        outs.append(
+            _func(q[i : i + 1], kd[None], vd[None], causal=causal, window_size=window_size, softcap=softcap)[
+                0
+            ]
+        )
     return torch.stack(outs)
 
 
-STANDIN = types.SimpleNamespace(flash_attn_func=_func, flash_attn_qkvpacked_func=_qkvpacked,
-                                flash_attn_varlen_func=_varlen, flash_attn_with_kvcache=_kvcache)  # fmt: skip
+STANDIN = types.SimpleNamespace(
+    flash_attn_func=_func,
+    flash_attn_qkvpacked_func=_qkvpacked,
+    flash_attn_varlen_func=_varlen,
+    flash_attn_with_kvcache=_kvcache,
+)
 PROFILE = P.WheelProfile(name="hd128bf16", head_dims=(128,), dtypes=("bf16",))
 
 

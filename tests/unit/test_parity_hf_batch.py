@@ -26,8 +26,15 @@ def _embed_grad(
 def test_fp32_implementations_agree_on_the_suite_batch() -> None:
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, head_dim=32)  # fmt: skip
+    cfg = transformers.LlamaConfig(
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+    )
     state = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").state_dict()
     batch = padded_batch(cfg.vocab_size, 3, 97, "cpu")
     ids, mask, labels = batch

@@ -8,12 +8,25 @@ from pathlib import Path
 from attnforge.wheels.manifest import record_from_report, record_parity
 
 MANIFEST = {
-    "schema": 1, "cell_id": "c", "variant": "cu130-torch2.11", "kernel": "flash-attn", "kernel_version": "2.8.3",
-    "wheel": "flash_attn-2.8.3+x-cp312-cp312-linux_x86_64.whl", "sha256": "ab", "size": 1,
-    "inputs": {"toolkit": "cuda13.0", "torch": "2.11.0", "python": "3.12", "cxx11_abi": True, "profile": "hd128",
-               "head_dims": [128]},
-    "build": {"wall_s": 1.0}, "parity": None,
-}  # fmt: skip
+    "schema": 1,
+    "cell_id": "c",
+    "variant": "cu130-torch2.11",
+    "kernel": "flash-attn",
+    "kernel_version": "2.8.3",
+    "wheel": "flash_attn-2.8.3+x-cp312-cp312-linux_x86_64.whl",
+    "sha256": "ab",
+    "size": 1,
+    "inputs": {
+        "toolkit": "cuda13.0",
+        "torch": "2.11.0",
+        "python": "3.12",
+        "cxx11_abi": True,
+        "profile": "hd128",
+        "head_dims": [128],
+    },
+    "build": {"wall_s": 1.0},
+    "parity": None,
+}
 
 
 def test_record_parity_keeps_everything_else(tmp_path: Path) -> None:
@@ -21,8 +34,12 @@ def test_record_parity_keeps_everything_else(tmp_path: Path) -> None:
     m.write_text(json.dumps(MANIFEST))
     record_parity(m, True, "NVIDIA H100 80GB HBM3", "reports/gpu/parity.json", "2026-11-23T00:00:00+00:00")
     data = json.loads(m.read_text())
-    assert data["parity"] == {"passed": True, "device": "NVIDIA H100 80GB HBM3",
-                              "report": "reports/gpu/parity.json", "date": "2026-11-23T00:00:00+00:00"}  # fmt: skip
+    assert data["parity"] == {
+        "passed": True,
+        "device": "NVIDIA H100 80GB HBM3",
+        "report": "reports/gpu/parity.json",
+        "date": "2026-11-23T00:00:00+00:00",
+    }
     assert {k: v for k, v in data.items() if k != "parity"} == {
         k: v for k, v in MANIFEST.items() if k != "parity"
     }

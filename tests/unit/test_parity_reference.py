@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from attnforge.parity import reference as R  # noqa: E402
+from attnforge import reference as R  # noqa: E402
 
 
 def _qkv(b: int, sq: int, sk: int, hq: int, hk: int, d: int, dtype: object = None) -> tuple:

@@ -6,17 +6,36 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from attnforge.parity.report import CASE_KEYS, FAILED, JSON_KEYS, PASSED, SKIPPED, Report, Result
+from attnforge.parity.parity_report import CASE_KEYS, FAILED, JSON_KEYS, PASSED, SKIPPED, Report, Result
 
 
 def _report() -> Report:
     r = Report("NVIDIA H100 80GB HBM3", "2.11.0+cu130", "flash_attn-2.8.3+x.whl", "hd128")
     r.add(Result("flash_attn", "flash_attn_func[mha]:fwd", "bf16", "b2 sq113", PASSED, 0.002, 0.9))
     r.add(Result("flash_attn", "flash_attn_func[mha]:bwd", "bf16", "b2 sq113", SKIPPED, reason="no backward"))
-    r.add(Result("flex", "flex_attention[causal]:fwd", "bf16", "b2 s1021", FAILED, float("inf"), float("inf"),
-                 reason="out: max_err inf > bound"))  # fmt: skip
-    r.add(Result("flash_attn", "flash_attn_func[mha]:fwd:expect-error", "bf16", "b1", PASSED,
-                 reason="raised as expected", details={"note": "built with head dims [128] only"}))  # fmt: skip
+    r.add(
+        Result(
+            "flex",
+            "flex_attention[causal]:fwd",
+            "bf16",
+            "b2 s1021",
+            FAILED,
+            float("inf"),
+            float("inf"),
+            reason="out: max_err inf > bound",
+        )
+    )
+    r.add(
+        Result(
+            "flash_attn",
+            "flash_attn_func[mha]:fwd:expect-error",
+            "bf16",
+            "b1",
+            PASSED,
+            reason="raised as expected",
+            details={"note": "built with head dims [128] only"},
+        )
+    )
     return r
 
 

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from attnforge.parity import reference as R  # noqa: E402
+from attnforge import reference as R  # noqa: E402
 from attnforge.parity.tolerance import BWD_FACTOR, FWD_FACTOR, Check, check, max_abs_err, worst  # noqa: E402
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnforge.errors import ConfigurationError, NothingToDoError
+from attnforge.core.errors import ConfigurationError, NothingToDoError
 from attnforge.matrix.compat import CompatData
 from attnforge.matrix.file import parse_matrix
 from attnforge.matrix.plan import plan_target, select_cells
@@ -184,10 +184,15 @@ def test_plan_says_which_cells_share_kernel_objects_and_why() -> None:
     assert any("torch 2.8's Philox state (uint32_t offset_intragraph_)" in n for n in notes["2.8.0"])
     assert any("torch 2.10's Philox state (uint64_t offset_intragraph_)" in n for n in notes["2.10.0"])
     old = plan_target(
-        parse_matrix(MATRIX.replace('version: "2.8.3"', 'version: "2.7.4.post1"').format(
-            sha=SHA, body="    matrix: {toolkit: [cuda12.6], torch: ['2.6', '2.7'], python: ['3.12'], arch: [sm_90]}")),
-        "t", load_compat(),
-    )  # fmt: skip
+        parse_matrix(
+            MATRIX.replace('version: "2.8.3"', 'version: "2.7.4.post1"').format(
+                sha=SHA,
+                body="    matrix: {toolkit: [cuda12.6], torch: ['2.6', '2.7'], python: ['3.12'], arch: [sm_90]}",
+            )
+        ),
+        "t",
+        load_compat(),
+    )
     assert sorted(k.why for k in old.shared_kernels()) == [
         "kernel units include torch 2.6: shared by its Pythons (3.12) only",
         "kernel units include torch 2.7: shared by its Pythons (3.12) only",

@@ -7,14 +7,9 @@ from pathlib import Path
 import pytest
 
 from attnforge.builder.knobs import ROCM_ENV_TO_CLEAR as ENV_TO_CLEAR
+from attnforge.core.errors import ConfigurationError
 from attnforge.engine.resources import JobMemoryTable, Machine
-from attnforge.errors import ConfigurationError
-from attnforge.matrix.cell import Cell, Toolkit
-from attnforge.matrix.compat import CompatData, load_compat
-from attnforge.matrix.file import parse_matrix
-from attnforge.matrix.plan import plan_target
-from attnforge.matrix.schema import ProfileSpec
-from attnforge.rocm.backends import (
+from attnforge.engine.rocm.build_plan import (
     CK_GFX_DEFAULT,
     backend_of,
     build_env,
@@ -23,6 +18,11 @@ from attnforge.rocm.backends import (
     rocm_parallelism,
     torch_index_name,
 )
+from attnforge.matrix.cell import Cell, Toolkit
+from attnforge.matrix.compat import CompatData, load_compat
+from attnforge.matrix.file import parse_matrix
+from attnforge.matrix.plan import plan_target
+from attnforge.matrix.schema import ProfileSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 TRITON = ProfileSpec(tag="triton", rocm_backend="triton")
@@ -35,10 +35,17 @@ def rocm_cell(
     profile: str, spec: ProfileSpec, arches: tuple[str, ...] = ("gfx90a", "gfx942"), **kw: object
 ) -> Cell:
     args: dict[str, object] = {
-        "kernel": "flash-attn", "kernel_version": "2.8.3", "toolkit": Toolkit.parse("rocm6.4"), "torch": "2.9.1",
-        "python": "3.12", "cxx11_abi": True, "arches": arches, "profile": profile, "torch_variant": "rocm6.4",
+        "kernel": "flash-attn",
+        "kernel_version": "2.8.3",
+        "toolkit": Toolkit.parse("rocm6.4"),
+        "torch": "2.9.1",
+        "python": "3.12",
+        "cxx11_abi": True,
+        "arches": arches,
+        "profile": profile,
+        "torch_variant": "rocm6.4",
         "profile_spec": spec,
-    }  # fmt: skip
+    }
     args.update(kw)
     return Cell(**args)  # type: ignore[arg-type]
 
@@ -65,9 +72,12 @@ def test_ck_env_of_the_release_cell(release_cells: dict[str, Cell]) -> None:
     assert int(env["MAX_JOBS"]) == plan.max_jobs >= 1
     assert "native" not in env["GPU_ARCHS"]
     assert plan.manifest_fields() == {
-        "rocm_backend": "ck", "ck_kernels": True, "compiled_arches": ["gfx90a", "gfx942"],
-        "target_arches": ["gfx90a", "gfx942"], "pure_python": False,
-    }  # fmt: skip
+        "rocm_backend": "ck",
+        "ck_kernels": True,
+        "compiled_arches": ["gfx90a", "gfx942"],
+        "target_arches": ["gfx90a", "gfx942"],
+        "pure_python": False,
+    }
     assert plan.needs_hipcc and plan.needs_rocm_torch and not plan.pure_python
     assert plan.wheel_tag == "cp312-cp312-linux_x86_64"
     assert plan.import_names == ("flash_attn_2_cuda", "flash_attn")

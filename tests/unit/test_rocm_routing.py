@@ -9,19 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.backends.docker import DockerBackend
-from attnforge.backends.local import LocalBackend
-from attnforge.backends.routing import RocmCkBackend, route_of
 from attnforge.builder.spec import Source
-from attnforge.commands.build import cells_to_build
+from attnforge.cli.commands.build import cells_to_build
+from attnforge.core.errors import BuildError, ConfigurationError, EnvironmentProblem
+from attnforge.engine.backends.docker import DockerBackend
+from attnforge.engine.backends.local import LocalBackend
+from attnforge.engine.backends.routing import RocmCkBackend, route_of
 from attnforge.engine.jobs import TRITON_BUILD_TORCH_ENV, input_hash
 from attnforge.engine.progress import ProgressView
+from attnforge.engine.rocm.build_plan import plan_rocm_build
+from attnforge.engine.rocm.toolchain import ck_needs
 from attnforge.engine.run import Engine
-from attnforge.errors import BuildError, ConfigurationError, EnvironmentProblem
 from attnforge.matrix.cell import Cell
-from attnforge.project import Project
-from attnforge.rocm.backends import plan_rocm_build
-from attnforge.rocm.toolchain import ck_needs
+from attnforge.matrix.project import Project
 
 ROOT = Path(__file__).resolve().parents[2]
 Run = Callable[..., tuple[int, str, str]]

@@ -128,8 +128,11 @@ def test_profile_head_dims_and_macros_checked(mini_compat: CompatData) -> None:
 
 def test_torch_free_kernels_share_one_key_across_a_cuda_lane() -> None:
     data = load_compat(None)  # the real table: flash-attn 2.8.3 names its torch-free patch
-    lane = [check(cell(torch=t, python=p, toolkit=Toolkit.parse("cuda13.0")), data)
-            for t in ("2.12.1", "2.13.0", "2.14.1") for p in ("3.11", "3.12")]  # fmt: skip
+    lane = [
+        check(cell(torch=t, python=p, toolkit=Toolkit.parse("cuda13.0")), data)
+        for t in ("2.12.1", "2.13.0", "2.14.1")
+        for p in ("3.11", "3.12")
+    ]
     assert all(v.valid for v in lane), [v.reasons() for v in lane]
     cells = [v.cell for v in lane]
     assert all("torch-free-kernels" in c.patches for c in cells)
@@ -146,8 +149,10 @@ def test_torch_free_kernels_share_one_key_across_a_cuda_lane() -> None:
 
 def test_kernels_that_include_torch_keep_it_in_the_key() -> None:
     data = load_compat(None)
-    old = [check(cell(kernel_version="2.7.4.post1", torch=t, toolkit=Toolkit.parse("cuda12.6")), data).cell
-           for t in ("2.6.0", "2.7.1")]  # fmt: skip
+    old = [
+        check(cell(kernel_version="2.7.4.post1", torch=t, toolkit=Toolkit.parse("cuda12.6")), data).cell
+        for t in ("2.6.0", "2.7.1")
+    ]
     assert not any(c.torch_free_kernels for c in old)
     assert old[0].kernel_set_key != old[1].kernel_set_key
     rocm = check(cell(toolkit=Toolkit.parse("rocm6.4"), arches=("gfx942",), torch="2.8.0"), data).cell

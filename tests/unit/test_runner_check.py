@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from attnforge.core.arches import arch_runs_on, sm_of_compute_cap
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.compat import CompatData, load_compat
-from attnforge.project import Project
-from attnforge.runner.arches import arch_runs_on, sm_of_compute_cap
+from attnforge.matrix.project import Project
+from attnforge.runner.check_report import RunnerReport, SmokeRequest, run_checks
 from attnforge.runner.checks import CheckOptions, driver_floor, driver_tuple
 from attnforge.runner.gpus import parse_amd_smi, parse_nvidia_csv, parse_rocm_smi
 from attnforge.runner.host import ReplayHost
-from attnforge.runner.report import RunnerReport, SmokeRequest, run_checks
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "runner"
@@ -71,8 +71,10 @@ def test_amd_smi_both_shapes_and_rocm_smi_after_warning() -> None:
         (0, "gfx942", 196592, "6.8.5"),
         (1, "gfx942", 196592, "6.8.5"),
     ]
-    old = parse_amd_smi('[{"gpu": 0, "asic": {"market_name": "X", "target_graphics_version": "gfx1100"},'
-                        ' "vram": {"vram_size": 24560}, "driver": {"driver_version": "6.3.6"}}]')  # fmt: skip
+    old = parse_amd_smi(
+        '[{"gpu": 0, "asic": {"market_name": "X", "target_graphics_version": "gfx1100"},'
+        ' "vram": {"vram_size": 24560}, "driver": {"driver_version": "6.3.6"}}]'
+    )
     assert (old[0].arch, old[0].memory_mib, old[0].driver) == ("gfx1100", 24560, "6.3.6")
     gpus, driver = parse_rocm_smi(
         (DATA / "documented-mi250-rocmsmi-nokfd" / "rocm-smi-productname.json").read_text()
@@ -237,9 +239,16 @@ def test_cli_writes_the_report_and_exit_codes(
     out = tmp_path / "runner_check.json"
     base = ["--compat", str(COMPAT), "runner", "check", "--matrix", str(ROOT / "matrix.yaml")]
     code, stdout, _ = run_cli(
-        *base, "--target", "default", "--json", str(out), "--cache-dir", str(tmp_path),
-        "--replay", str(DATA / "documented-h100-cuda13-nodocker"),
-    )  # fmt: skip
+        *base,
+        "--target",
+        "default",
+        "--json",
+        str(out),
+        "--cache-dir",
+        str(tmp_path),
+        "--replay",
+        str(DATA / "documented-h100-cuda13-nodocker"),
+    )
     assert code == 0, stdout
     data = json.loads(out.read_text())
     assert list(data)[:5] == ["schema", "device", "driver", "gpus", "checks"] and "smoke" in data
@@ -249,9 +258,16 @@ def test_cli_writes_the_report_and_exit_codes(
     wheel = tmp_path / "x.whl"
     wheel.write_bytes(b"")
     code, _, err = run_cli(
-        *base, "--target", "default", "--smoke-wheel", str(wheel), "--cache-dir", str(tmp_path),
-        "--replay", str(DATA / "documented-h100-smoke-import-error"),
-    )  # fmt: skip
+        *base,
+        "--target",
+        "default",
+        "--smoke-wheel",
+        str(wheel),
+        "--cache-dir",
+        str(tmp_path),
+        "--replay",
+        str(DATA / "documented-h100-smoke-import-error"),
+    )
     assert code == 6 and "smoke" in err
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.runner.arches import gfx_from_target_version, normalize_gfx
+from attnforge.core.arches import gfx_from_target_version, normalize_gfx
 from attnforge.runner.gpus import parse_amd_smi, parse_rocm_smi
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "rocm"
@@ -36,8 +36,10 @@ def test_amd_smi_decimal_stepping_and_na() -> None:
 
 def test_rocm_smi_after_warning_lines() -> None:
     gpus, _driver = parse_rocm_smi(read("rocm-smi-productname-mi250x.json"))
-    assert [(g.index, g.name, g.arch) for g in gpus] == [(0, "AMD Instinct MI250X", "gfx90a"),
-                                                        (1, "AMD Instinct MI250X", "gfx90a")]  # fmt: skip
+    assert [(g.index, g.name, g.arch) for g in gpus] == [
+        (0, "AMD Instinct MI250X", "gfx90a"),
+        (1, "AMD Instinct MI250X", "gfx90a"),
+    ]
 
 
 def test_rocm_smi_before_5_7_has_no_arch() -> None:
@@ -48,13 +50,25 @@ def test_rocm_smi_before_5_7_has_no_arch() -> None:
 @pytest.mark.parametrize(
     ("raw", "want"),
     [
-        ("gfx942", "gfx942"), ("GFX942", "gfx942"), ("gfx90a", "gfx90a"), ("gfx9010", "gfx90a"),
-        ("gfx9012", "gfx90c"), ("gfx1010", "gfx1010"), ("gfx1100", "gfx1100"), ("90010", "gfx90a"),
-        ("90402", "gfx942"), ("110000", "gfx1100"), ("120001", "gfx1201"), ("0", None), ("N/A", None),
-        ("amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-", "gfx90a"), ("gfx942:sramecc+:xnack-", "gfx942"),
-        ("", None), ("AMD EPYC 7763", None),
+        ("gfx942", "gfx942"),
+        ("GFX942", "gfx942"),
+        ("gfx90a", "gfx90a"),
+        ("gfx9010", "gfx90a"),
+        ("gfx9012", "gfx90c"),
+        ("gfx1010", "gfx1010"),
+        ("gfx1100", "gfx1100"),
+        ("90010", "gfx90a"),
+        ("90402", "gfx942"),
+        ("110000", "gfx1100"),
+        ("120001", "gfx1201"),
+        ("0", None),
+        ("N/A", None),
+        ("amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-", "gfx90a"),
+        ("gfx942:sramecc+:xnack-", "gfx942"),
+        ("", None),
+        ("AMD EPYC 7763", None),
     ],
-)  # fmt: skip
+)
 def test_normalize_gfx(raw: str, want: str | None) -> None:
     assert normalize_gfx(raw) == want
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from attnforge.runner.smoke import SMOKE_SCRIPT, profile_hint
+from attnforge.runner.gpu_smoke import SMOKE_SCRIPT, profile_hint
 
 
 def test_hint_from_the_manifest_beside_the_wheel(tmp_path: Path) -> None:

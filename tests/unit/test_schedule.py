@@ -28,14 +28,26 @@ SPLIT = "flash_fwd_split_hdim128_bf16_sm80"
 
 
 def seed(rows: list[tuple[str, str, float, str]], reference: str = "big") -> dict[str, Any]:
-    units = [{"machine": m, "kernel": FA[0], "version": FA[1], "toolkit": FA[2], "unit": u, "arches": 1,
-              "flags": f, "s": s} for m, u, s, f in rows]  # fmt: skip
+    units = [
+        {
+            "machine": m,
+            "kernel": FA[0],
+            "version": FA[1],
+            "toolkit": FA[2],
+            "unit": u,
+            "arches": 1,
+            "flags": f,
+            "s": s,
+        }
+        for m, u, s, f in rows
+    ]
     return {"reference_machine": reference, "units": units}
 
 
 def test_estimates_exact_then_relatives_then_kind(tmp_path: Path) -> None:
-    table = UnitTimeTable(tmp_path / "unit_times.json", seed([("big", SPLIT, 400.0, "-"),
-                                                              ("big", "flash_api", 80.0, "-")]))  # fmt: skip
+    table = UnitTimeTable(
+        tmp_path / "unit_times.json", seed([("big", SPLIT, 400.0, "-"), ("big", "flash_api", 80.0, "-")])
+    )
     assert table.estimate(*FA, SPLIT, 1, "-").s == 400.0
     # the other dtype costs the same; two arches twice as much; compiled-out features less
     other = table.estimate(*FA, SPLIT.replace("bf16", "fp16"), 1, "-")
@@ -49,8 +61,11 @@ def test_estimates_exact_then_relatives_then_kind(tmp_path: Path) -> None:
 
 def test_an_unmeasured_head_dim_takes_the_nearest_of_its_kind_and_causality() -> None:
     causal = SPLIT.replace("_sm80", "_causal_sm80")
-    rows = [("big", SPLIT, 400.0, "-"), ("big", causal, 200.0, "-"),
-            ("big", SPLIT.replace("128", "64"), 300.0, "-")]  # fmt: skip
+    rows = [
+        ("big", SPLIT, 400.0, "-"),
+        ("big", causal, 200.0, "-"),
+        ("big", SPLIT.replace("128", "64"), 300.0, "-"),
+    ]
     table = UnitTimeTable(None, seed(rows))
     wide = table.estimate(*FA, SPLIT.replace("128", "256"), 1, "-")
     assert wide.s == 400.0 and "head dim 128" in wide.source
@@ -125,18 +140,37 @@ def test_eta_follows_the_plan_and_how_finished_units_ran() -> None:
 
 
 def _cell(profile: ProfileSpec, name: str) -> Cell:
-    return Cell("flash-attn", "2.8.3", Toolkit.parse("cuda13.0"), "2.14.1", "3.11", True, ("sm_90",), name,
-                profile_spec=profile)  # fmt: skip
+    return Cell(
+        "flash-attn",
+        "2.8.3",
+        Toolkit.parse("cuda13.0"),
+        "2.14.1",
+        "3.11",
+        True,
+        ("sm_90",),
+        name,
+        profile_spec=profile,
+    )
 
 
 def test_cell_units_follow_the_profile() -> None:
     full = cell_units(_cell(ProfileSpec(), "full"))
     assert len(full) == 73 and full[0] == "flash_api"
-    fwd128 = ProfileSpec(head_dims=[128], dtypes=["bf16"],
-                         disable=["backward", "dropout", "alibi", "softcap", "uneven_k", "local"])  # fmt: skip
+    fwd128 = ProfileSpec(
+        head_dims=[128],
+        dtypes=["bf16"],
+        disable=["backward", "dropout", "alibi", "softcap", "uneven_k", "local"],
+    )
     units = cell_units(_cell(fwd128, "fwd128"))
-    assert sorted(units) == sorted(["flash_api", "flash_fwd_hdim128_bf16_sm80", "flash_fwd_hdim128_bf16_causal_sm80",
-                                    SPLIT, "flash_fwd_split_hdim128_bf16_causal_sm80"])  # fmt: skip
+    assert sorted(units) == sorted(
+        [
+            "flash_api",
+            "flash_fwd_hdim128_bf16_sm80",
+            "flash_fwd_hdim128_bf16_causal_sm80",
+            SPLIT,
+            "flash_fwd_split_hdim128_bf16_causal_sm80",
+        ]
+    )
 
 
 def test_setup_hook_starts_the_longest_estimate_first() -> None:
@@ -161,8 +195,18 @@ def test_plan_cost_shows_what_sharing_saves(run_cli: Any, root: Path, tmp_path: 
     import shutil
 
     shutil.copy(root / "matrix.yaml", tmp_path / "matrix.yaml")  # no measured table: the seed only
-    code, out, _ = run_cli("--matrix", str(tmp_path / "matrix.yaml"), "plan", "-t", "release", "--cost",
-                           "--cores", "16", "--format", "json")  # fmt: skip
+    code, out, _ = run_cli(
+        "--matrix",
+        str(tmp_path / "matrix.yaml"),
+        "plan",
+        "-t",
+        "release",
+        "--cost",
+        "--cores",
+        "16",
+        "--format",
+        "json",
+    )
     assert code == 0
     cost = json.loads(out)
     shared, per_torch, none = cost["shared"], cost["per_torch"], cost["none"]
@@ -171,8 +215,11 @@ def test_plan_cost_shows_what_sharing_saves(run_cli: Any, root: Path, tmp_path: 
     assert shared["wall_hours"] < shared["compile_hours"] and cost["machine_factor"] == 1.0
     assert all("rocm" in c for c in cost["not_estimated"])
     # one CUDA lane's kernel set serves every torch release of it
-    lane = [s for s in cost["kernel_sets"] if any("cu126-torch2.6" in c for c in s["cells"])
-            and any("cu126-torch2.14" in c for c in s["cells"])]  # fmt: skip
+    lane = [
+        s
+        for s in cost["kernel_sets"]
+        if any("cu126-torch2.6" in c for c in s["cells"]) and any("cu126-torch2.14" in c for c in s["cells"])
+    ]
     assert lane and lane[0]["kernel_units"] == 72
     code, text, _ = run_cli("--matrix", str(tmp_path / "matrix.yaml"), "plan", "-t", "release", "--cost")
     assert code == 0 and "sharing kernels across torch releases saves" in text

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from attnforge.errors import ConfigurationError, PublishError
-from attnforge.publish.destinations import Destination, ad_hoc, redact, resolve_credentials
+from attnforge.core.errors import ConfigurationError, PublishError
+from attnforge.matrix.destinations import Destination, ad_hoc, redact, resolve_credentials
 from attnforge.publish.index import Bundle
-from attnforge.publish.run import apply_parity_gate
+from attnforge.publish.release import apply_parity_gate
 
 SECRET = "hunter2-but-longer"
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.errors import ConfigurationError, PublishError
+from attnforge.core.errors import ConfigurationError, PublishError
 from attnforge.publish.index import ALL, MARKER, Bundle, StaticIndex, check_conflicts
-from attnforge.publish.serve import make_server, negotiate
+from attnforge.publish.index_server import make_server, negotiate
 from attnforge.wheels.wheelio import Member, write_wheel
 
 JSON = "application/vnd.pypi.simple.v1+json"

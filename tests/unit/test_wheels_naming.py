@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from attnforge.errors import BuildError
+from attnforge.core.errors import BuildError
 from attnforge.wheels.naming import expected_names, parse_local, torch_family, torch_requirement
 
 

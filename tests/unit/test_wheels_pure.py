@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from attnforge.errors import BuildError
+from attnforge.core.errors import BuildError
 from attnforge.wheels.finalize import PURE_REASON, finalize, verify
 from attnforge.wheels.manifest import manifest_path_for
 from attnforge.wheels.naming import expected_names
@@ -31,12 +31,18 @@ def manifest(wheel: str, **inputs: Any) -> dict[str, Any]:
         "kernel_version": "2.8.3",
         "wheel": wheel,
         "inputs": {
-            "toolkit": "rocm6.4", "torch": "2.9.1", "torch_variant": "rocm6.4", "python": "3.12",
-            "cxx11_abi": True, "arches": ["gfx90a", "gfx942"], "profile": "triton", "rocm_backend": "triton",
+            "toolkit": "rocm6.4",
+            "torch": "2.9.1",
+            "torch_variant": "rocm6.4",
+            "python": "3.12",
+            "cxx11_abi": True,
+            "arches": ["gfx90a", "gfx942"],
+            "profile": "triton",
+            "rocm_backend": "triton",
             **inputs,
         },
         "rocm": {"rocm_backend": "triton", "ck_kernels": False, "compiled_arches": [], "pure_python": True},
-    }  # fmt: skip
+    }
 
 
 def raw_wheel(folder: Path, tag: str = "py3-none-any", extra: dict[str, Member] | None = None) -> Path:

@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
-from attnforge.install.doctor import diagnose
-from attnforge.install.which import Env, arch_runs_on, interpreter_abis, resolve, run_probe
+from attnforge.client.doctor import diagnose
+from attnforge.client.which import resolve
+from attnforge.core.arches import arch_runs_on
+from attnforge.engine.environment import Env, interpreter_abis, run_probe
 from attnforge.publish.index import Bundle, StaticIndex
 from attnforge.wheels.wheelio import Member, write_wheel
 from tests.unit.test_wheels_index import make_bundle
@@ -121,10 +123,15 @@ def pure_bundle(where: Path, tag: str) -> Bundle:
         "wheel": name,
         "sha256": hashlib.sha256(data).hexdigest(),
         "size": len(data),
-        "inputs": {"toolkit": "rocm6.4", "torch": "2.9.1", "python": "3.12", "cxx11_abi": True,
-                   "arches": ["gfx90a", "gfx942"]},
+        "inputs": {
+            "toolkit": "rocm6.4",
+            "torch": "2.9.1",
+            "python": "3.12",
+            "cxx11_abi": True,
+            "arches": ["gfx90a", "gfx942"],
+        },
         "finalize": {},
-    }  # fmt: skip
+    }
     return Bundle(wheel=wheel, manifest=manifest)
 
 
@@ -169,11 +176,26 @@ def test_pure_python_wheel_mismatches(tmp_path: Path, tag: str, python: str, why
 
 def test_interpreter_abis_are_pips() -> None:
     pairs = interpreter_abis("3.11")
-    for ok in [("cp311", "cp311"), ("cp311", "abi3"), ("cp39", "abi3"), ("cp311", "none"), ("py311", "none"),
-               ("py3", "none"), ("py39", "none"), ("py30", "none")]:  # fmt: skip
+    for ok in [
+        ("cp311", "cp311"),
+        ("cp311", "abi3"),
+        ("cp39", "abi3"),
+        ("cp311", "none"),
+        ("py311", "none"),
+        ("py3", "none"),
+        ("py39", "none"),
+        ("py30", "none"),
+    ]:
         assert ok in pairs, ok
-    for no in [("cp312", "cp312"), ("cp312", "abi3"), ("py312", "none"), ("py3", "cp311"), ("py2", "none"),
-               ("cp310", "cp310"), ("pp311", "pypy311_pp73")]:  # fmt: skip
+    for no in [
+        ("cp312", "cp312"),
+        ("cp312", "abi3"),
+        ("py312", "none"),
+        ("py3", "cp311"),
+        ("py2", "none"),
+        ("cp310", "cp310"),
+        ("pp311", "pypy311_pp73"),
+    ]:
         assert no not in pairs, no
 
 

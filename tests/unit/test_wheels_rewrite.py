@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.errors import BuildError
+from attnforge.core.errors import BuildError
 from attnforge.wheels.finalize import _rewrite_metadata
 from attnforge.wheels.naming import expected_names
 from attnforge.wheels.wheelio import ZIP_EPOCH, Member, read_wheel, source_date_epoch, write_wheel

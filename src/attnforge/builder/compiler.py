@@ -81,8 +81,13 @@ def probe_cxx(vpy: str, cxx: str, env: dict[str, str], work: Path) -> str:
     work.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="cxx-probe-", dir=work) as tmp:
         try:
-            proc = subprocess.run([vpy, "-X", "faulthandler", "-c", CXX_PROBE, tmp], env=penv,
-                                  capture_output=True, text=True, timeout=900)  # fmt: skip
+            proc = subprocess.run(
+                [vpy, "-X", "faulthandler", "-c", CXX_PROBE, tmp],
+                env=penv,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
         except subprocess.TimeoutExpired:
             return "the probe extension hung for 15 min"
     if proc.returncode == 0 and "RAISED" in proc.stdout:
@@ -128,8 +133,12 @@ def choose_host_compiler(
         if not why:
             if cxx != first:
                 rep.line(f"attnforge: warning: {first}: {tried[0][1]}; building with {cxx} instead")
-            return {"cxx": cxx, "cc": c_compiler_for(cxx.split()[-1]), "switched": cxx != first,
-                    "rejected": {c: w for c, w in tried if w}}  # fmt: skip
+            return {
+                "cxx": cxx,
+                "cc": c_compiler_for(cxx.split()[-1]),
+                "switched": cxx != first,
+                "rejected": {c: w for c, w in tried if w},
+            }
     detail = "; ".join(f"{c}: {w}" for c, w in tried) or f"{first} does not run"
     raise BuildFailure(EXIT_ENV, f"no usable host C++ compiler ({detail}); set CXX/CC to a working g++")
 

@@ -14,8 +14,9 @@ from .report import Reporter
 KERNEL_SYMBOL_HINTS = ("flash::", "run_mha")
 
 
-def import_check(vpy: str, wheel: Path, names: list[str], workdir: Path, rep: Reporter,
-                 env: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+def import_check(
+    vpy: str, wheel: Path, names: list[str], workdir: Path, rep: Reporter, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Unpack the wheel and import ``names`` (default: its top-level .so modules) with the venv's torch."""
     target = workdir / "importcheck"
     if target.exists():
@@ -32,16 +33,27 @@ def import_check(vpy: str, wheel: Path, names: list[str], workdir: Path, rep: Re
         "    print('imported', n, 'from', getattr(m, '__file__', '?'))\n"
         "print('torch', torch.__version__)\n"
     )
-    proc = subprocess.run([vpy, "-W", "ignore", "-c", code], capture_output=True, text=True, cwd=str(workdir),
-                          check=False, timeout=600, env=env)  # fmt: skip
+    proc = subprocess.run(
+        [vpy, "-W", "ignore", "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=str(workdir),
+        check=False,
+        timeout=600,
+        env=env,
+    )
     output = (proc.stdout + proc.stderr).strip()
     for ln in output.splitlines():
         rep.line(ln)
     undefined: list[str] = []
     if shutil.which("nm"):
         for so in sos:
-            out = subprocess.run(["nm", "-D", "--undefined-only", "-C", str(target / so)], capture_output=True,
-                                 text=True, check=False).stdout  # fmt: skip
+            out = subprocess.run(
+                ["nm", "-D", "--undefined-only", "-C", str(target / so)],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
             undefined += [
                 ln.split(None, 1)[-1] for ln in out.splitlines() if any(h in ln for h in KERNEL_SYMBOL_HINTS)
             ]

@@ -17,10 +17,17 @@ from .torchenv import pip_env, run_capture
 # Variables that steer a CUDA build or another ROCm backend: removed before a ROCm build's knobs are set
 # (a leftover GPU_ARCHS or TRITON switch would change the wheel).
 ROCM_ENV_TO_CLEAR: tuple[str, ...] = (
-    "FLASH_ATTN_CUDA_ARCHS", "TORCH_CUDA_ARCH_LIST", "NVCC_APPEND_FLAGS", "NVCC_THREADS", "GPU_ARCHS",
-    "PYTORCH_ROCM_ARCH", "OPT_DIM", "FLASH_ATTENTION_SKIP_CK_BUILD", "FLASH_ATTENTION_TRITON_AMD_ENABLE",
+    "FLASH_ATTN_CUDA_ARCHS",
+    "TORCH_CUDA_ARCH_LIST",
+    "NVCC_APPEND_FLAGS",
+    "NVCC_THREADS",
+    "GPU_ARCHS",
+    "PYTORCH_ROCM_ARCH",
+    "OPT_DIM",
+    "FLASH_ATTENTION_SKIP_CK_BUILD",
+    "FLASH_ATTENTION_TRITON_AMD_ENABLE",
     "FLASH_ATTENTION_SKIP_CUDA_BUILD",
-)  # fmt: skip
+)
 TRITON_IMPORT_ENV = {
     "FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE"
 }  # what `import flash_attn` needs at run time
@@ -59,14 +66,23 @@ def rocm_common_env(local_version: str, cxx11_abi: bool) -> dict[str, str]:
 
 def ck_env(*, gpu_archs: str, max_jobs: int, local_version: str, cxx11_abi: bool) -> dict[str, str]:
     """The CK build: hipcc compiles Composable Kernel for exactly ``gpu_archs``."""
-    return {**rocm_common_env(local_version, cxx11_abi), "FLASH_ATTENTION_TRITON_AMD_ENABLE": "FALSE",
-            "GPU_ARCHS": gpu_archs, "PYTORCH_ROCM_ARCH": gpu_archs, "MAX_JOBS": str(max(1, max_jobs))}  # fmt: skip
+    return {
+        **rocm_common_env(local_version, cxx11_abi),
+        "FLASH_ATTENTION_TRITON_AMD_ENABLE": "FALSE",
+        "GPU_ARCHS": gpu_archs,
+        "PYTORCH_ROCM_ARCH": gpu_archs,
+        "MAX_JOBS": str(max(1, max_jobs)),
+    }
 
 
 def triton_env(*, local_version: str, cxx11_abi: bool) -> dict[str, str]:
     """The Triton build: no extension, Python files only (the kernels are JIT-compiled on the GPU later)."""
-    return {**rocm_common_env(local_version, cxx11_abi), "FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE",
-            "FLASH_ATTENTION_SKIP_CK_BUILD": "TRUE", "MAX_JOBS": "1"}  # fmt: skip
+    return {
+        **rocm_common_env(local_version, cxx11_abi),
+        "FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE",
+        "FLASH_ATTENTION_SKIP_CK_BUILD": "TRUE",
+        "MAX_JOBS": "1",
+    }
 
 
 def flash_attn_env(spec: BuildSpec, nums: list[str], prebuilt: Path | None) -> dict[str, str]:
@@ -95,12 +111,25 @@ def flash_attn_env(spec: BuildSpec, nums: list[str], prebuilt: Path | None) -> d
 # attnforge's kernels.json (`features`, `head_dims` of flash-attn-3); a unit test keeps them equal.
 FA3_HEAD_DIMS: tuple[int, ...] = (64, 96, 128, 192, 256)
 FA3_FEATURES: tuple[str, ...] = (
-    "backward", "split", "pagedkv", "appendkv", "local", "softcap", "packgqa", "varlen", "cluster", "sm80",
-    "hdimdiff64", "hdimdiff192",
-)  # fmt: skip
+    "backward",
+    "split",
+    "pagedkv",
+    "appendkv",
+    "local",
+    "softcap",
+    "packgqa",
+    "varlen",
+    "cluster",
+    "sm80",
+    "hdimdiff64",
+    "hdimdiff192",
+)
 FA3_SWITCHES: tuple[str, ...] = (
-    *(f.upper() for f in FA3_FEATURES), "FP16", "FP8", *(f"HDIM{d}" for d in FA3_HEAD_DIMS),
-)  # fmt: skip
+    *(f.upper() for f in FA3_FEATURES),
+    "FP16",
+    "FP8",
+    *(f"HDIM{d}" for d in FA3_HEAD_DIMS),
+)
 FA3_ARCHES = {"80": "sm_80", "90a": "sm_90a"}  # what hopper/setup.py compiles: sm_90a always, sm_80 optional
 
 
@@ -109,20 +138,26 @@ def fa3_disabled(spec: BuildSpec, nums: list[str]) -> list[str]:
     return fa3_switches(list(spec.disable), spec.head_dims, spec.dtypes, nums)
 
 
-def fa3_switches(disable: list[str], head_dims: list[int] | None, dtypes: list[str] | None,
-                 nums: list[str]) -> list[str]:  # fmt: skip
+def fa3_switches(
+    disable: list[str], head_dims: list[int] | None, dtypes: list[str] | None, nums: list[str]
+) -> list[str]:
     """The FLASH_ATTENTION_DISABLE_<X> switches for a profile: its ``disable`` features, the head dims and
     dtypes it leaves out (a left-out 64 or 192 also drops the 64x256/64x512 and 192x128 V-dim variants), and
     SM80 unless sm_80 ("80") is among the arch numbers. BuildFailure(EXIT_CONFIG) for what FA3 cannot do.
     The parity suite sets the same variables for upstream's tests."""
     unknown = [f for f in disable if f not in FA3_FEATURES]
     if unknown:
-        raise BuildFailure(EXIT_CONFIG, f"flash-attn-3 has no switch for {', '.join(unknown)} "
-                           f"(features: {', '.join(FA3_FEATURES)})")  # fmt: skip
+        raise BuildFailure(
+            EXIT_CONFIG,
+            f"flash-attn-3 has no switch for {', '.join(unknown)} (features: {', '.join(FA3_FEATURES)})",
+        )
     bad = [n for n in nums if n not in FA3_ARCHES]
     if bad or "90a" not in nums:
-        raise BuildFailure(EXIT_CONFIG, f"flash-attn-3 compiles sm_90a (always) and sm_80 (optional), not "
-                           f"{', '.join('sm_' + n for n in nums) or 'no arch'}")  # fmt: skip
+        raise BuildFailure(
+            EXIT_CONFIG,
+            f"flash-attn-3 compiles sm_90a (always) and sm_80 (optional), not "
+            f"{', '.join('sm_' + n for n in nums) or 'no arch'}",
+        )
     off = {f.upper() for f in disable}
     if head_dims is not None:
         dims = set(head_dims)
@@ -132,8 +167,9 @@ def fa3_switches(disable: list[str], head_dims: list[int] | None, dtypes: list[s
         off |= {f"HDIMDIFF{d}" for d in (64, 192) if d not in dims}
     if dtypes is not None:
         if "bf16" not in dtypes or not set(dtypes) <= {"bf16", "fp16", "fp8"}:
-            raise BuildFailure(EXIT_CONFIG, f"flash-attn-3 always compiles bf16 (fp16 and fp8 optional), "
-                               f"not dtypes {dtypes}")  # fmt: skip
+            raise BuildFailure(
+                EXIT_CONFIG, f"flash-attn-3 always compiles bf16 (fp16 and fp8 optional), not dtypes {dtypes}"
+            )
         off |= {name for name, dt in (("FP16", "fp16"), ("FP8", "fp8")) if dt not in dtypes}
     if "80" not in nums:
         off.add("SM80")
@@ -162,8 +198,15 @@ def cuda_home(env: dict[str, str]) -> str | None:
     return env.get("CUDA_HOME") or ("/usr/local/cuda" if os.path.isdir("/usr/local/cuda") else None)
 
 
-def build_env(spec: BuildSpec, vpy: str, tree: Path, epoch: int, max_jobs: int, prebuilt: Path | None,
-              auto_wrap: bool = False) -> dict[str, str]:  # fmt: skip
+def build_env(
+    spec: BuildSpec,
+    vpy: str,
+    tree: Path,
+    epoch: int,
+    max_jobs: int,
+    prebuilt: Path | None,
+    auto_wrap: bool = False,
+) -> dict[str, str]:
     """The whole environment of ``pip wheel`` for this spec."""
     base = dict(os.environ)
     if spec.pure_python:
@@ -193,8 +236,15 @@ def build_env(spec: BuildSpec, vpy: str, tree: Path, epoch: int, max_jobs: int, 
     elif spec.kernel == "flash-attn-3":
         env.update(flash_attn3_env(spec, nums))
     if spec.ccache_dir and shutil.which("ccache", path=env["PATH"]):
-        env.update({"CCACHE_DIR": spec.ccache_dir, "CCACHE_MAXSIZE": "20G", "CCACHE_BASEDIR": str(tree),
-                    "CCACHE_NOHASHDIR": "true", "CCACHE_COMPILERCHECK": "content"})  # fmt: skip
+        env.update(
+            {
+                "CCACHE_DIR": spec.ccache_dir,
+                "CCACHE_MAXSIZE": "20G",
+                "CCACHE_BASEDIR": str(tree),
+                "CCACHE_NOHASHDIR": "true",
+                "CCACHE_COMPILERCHECK": "content",
+            }
+        )
         if not auto_wrap and home:
             # Older torch: wrap nvcc ourselves (CXX="ccache c++" would fail torch's compiler version check).
             env["PYTORCH_NVCC"] = "ccache " + os.path.join(home, "bin", "nvcc")

@@ -29,7 +29,7 @@ from .exits import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_OOM,
-    BuildFailure,  # fmt: skip
+    BuildFailure,
 )
 from .files import sha256_file
 from .importcheck import import_check, pure_wheel_check
@@ -56,8 +56,16 @@ RESULT_KEYS = (
 )
 
 
-def compile_wheel(spec: BuildSpec, rep: Reporter, result: dict[str, Any], vpy: str, tree: Path,
-                  env: dict[str, str], py_tag: str, max_jobs: int) -> tuple[Path, NinjaParser]:  # fmt: skip
+def compile_wheel(
+    spec: BuildSpec,
+    rep: Reporter,
+    result: dict[str, Any],
+    vpy: str,
+    tree: Path,
+    env: dict[str, str],
+    py_tag: str,
+    max_jobs: int,
+) -> tuple[Path, NinjaParser]:
     """``pip wheel`` under the rusage wrapper, followed through ninja; the wheel in build_dir/dist."""
     dist = Path(spec.build_dir) / "dist"
     if dist.exists():
@@ -65,8 +73,19 @@ def compile_wheel(spec: BuildSpec, rep: Reporter, result: dict[str, Any], vpy: s
     dist.mkdir(parents=True)
     rusage_out = Path(spec.build_dir) / f"rusage-{os.getpid()}.json"
     # --use-pep517: the legacy path runs `setup.py clean --all` after a failure, so no resume
-    pip_cmd = [vpy, "-m", "pip", "wheel", "--no-build-isolation", "--use-pep517", "--no-deps", "-v",
-               "-w", str(dist), str(tree)]  # fmt: skip
+    pip_cmd = [
+        vpy,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-build-isolation",
+        "--use-pep517",
+        "--no-deps",
+        "-v",
+        "-w",
+        str(dist),
+        str(tree),
+    ]
     if spec.pure_python:
         pip_cmd[5:5] = ["--no-index"]
     cmd = [sys.executable, str(RUSAGE_WRAP), str(rusage_out), "--", *pip_cmd]
@@ -95,8 +114,12 @@ def compile_wheel(spec: BuildSpec, rep: Reporter, result: dict[str, Any], vpy: s
     if total is None and spec.pure_python:
         total = 0  # nothing to compile: no ninja file to count
     compiled_now = len(parser.finished)
-    result.update(units_total=total, units_compiled=compiled_now, units_prebuilt=len(ev.get("prebuilt", [])),
-                  units_reused=(total - compiled_now) if total is not None and rc == 0 else None)  # fmt: skip
+    result.update(
+        units_total=total,
+        units_compiled=compiled_now,
+        units_prebuilt=len(ev.get("prebuilt", [])),
+        units_reused=(total - compiled_now) if total is not None and rc == 0 else None,
+    )
     if rc != 0:
         raise_failure(parser, rc, max_jobs, cgroup_oom_kills() > oom_before, rep)
     wheels = sorted(dist.glob("*.whl"))
@@ -110,8 +133,13 @@ def raise_failure(parser: NinjaParser, rc: int, max_jobs: int, oom_killed: bool,
     kind, details = parser.failure_summary(oom_killed=oom_killed)
     if kind == "oom" or (kind == "other" and rc in (137, -9)):
         rep.event("error", kind="oom", **details)
-        raise BuildFailure(EXIT_OOM, f"a compiler was killed (likely out of memory) in unit {details.get('unit')}; "
-                           f"rerun with fewer max_jobs (now {max_jobs}) in the same build_dir", kind="oom", **details)  # fmt: skip
+        raise BuildFailure(
+            EXIT_OOM,
+            f"a compiler was killed (likely out of memory) in unit {details.get('unit')}; "
+            f"rerun with fewer max_jobs (now {max_jobs}) in the same build_dir",
+            kind="oom",
+            **details,
+        )
     if kind == "compile":
         rep.line(f"attnforge: compile error in unit {details['unit']}:")
         for ln in details["lines"]:

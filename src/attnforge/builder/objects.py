@@ -63,8 +63,15 @@ def usable_prebuilt(spec: BuildSpec, ident: dict[str, Any], rep: Reporter) -> Pa
     return Path(d)
 
 
-def save_kernel_objects(spec: BuildSpec, tree: Path, compiled: list[str], ident: dict[str, Any],
-                        py_tag: str, rep: Reporter, built_with: dict[str, Any] | None = None) -> bool:  # fmt: skip
+def save_kernel_objects(
+    spec: BuildSpec,
+    tree: Path,
+    compiled: list[str],
+    ident: dict[str, Any],
+    py_tag: str,
+    rep: Reporter,
+    built_with: dict[str, Any] | None = None,
+) -> bool:
     """Copy the compiled kernel (.cu) objects to kernel_objects_dir, atomically; True when saved. Objects
     already there for the same identity stay; objects built for something else (an older toolchain or
     builder) are replaced, or no later cell could ever reuse this kernel set's objects."""
@@ -104,8 +111,13 @@ def save_kernel_objects(spec: BuildSpec, tree: Path, compiled: list[str], ident:
                 return False
             shutil.copyfile(obj, tmp / obj.name)
             objects[src] = obj.name
-        manifest = {"schema": 1, "identity": ident, "objects": objects, "created_by": spec.cell_id,
-                    "built_with": built_with or {}}  # fmt: skip
+        manifest = {
+            "schema": 1,
+            "identity": ident,
+            "objects": objects,
+            "created_by": spec.cell_id,
+            "built_with": built_with or {},
+        }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
         try:
             os.rename(tmp, dest)

@@ -101,8 +101,17 @@ def stream(
     sampler: bool = False,
 ) -> tuple[int, dict[str, Any]]:
     """Run ``cmd`` in its own session, echo its output line by line; (exit code, peak RSS facts in bytes)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                            env=env, cwd=cwd, bufsize=1, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        env=env,
+        cwd=cwd,
+        bufsize=1,
+        start_new_session=True,
+    )
     _CURRENT.append(proc)
     smp = RssSampler(proc.pid) if sampler else None
     if smp is not None:

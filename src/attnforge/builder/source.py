@@ -80,8 +80,12 @@ def prepare_tree(spec: BuildSpec, archive: Path, patches: list[str], rep: Report
     build_dir.mkdir(parents=True, exist_ok=True)
     state_path = build_dir / STATE_FILE
     pdir = patches_dir()
-    want = {"source_sha256": spec.source.sha256.lower(), "subdir": spec.source.subdir, "patches": patches,
-            "patch_digest": patch_digest(pdir, patches)}  # fmt: skip
+    want = {
+        "source_sha256": spec.source.sha256.lower(),
+        "subdir": spec.source.subdir,
+        "patches": patches,
+        "patch_digest": patch_digest(pdir, patches),
+    }
     src_root = build_dir / "src"
     if state_path.is_file():
         try:

@@ -128,8 +128,11 @@ class BuildSpec:
         unknown = sorted(set(data) - set(fields))
         if unknown:
             raise BuildFailure(EXIT_CONFIG, f"spec: unknown key {unknown[0]!r}")
-        required = [n for n, f in fields.items() if f.default is dataclasses.MISSING
-                    and f.default_factory is dataclasses.MISSING]  # fmt: skip
+        required = [
+            n
+            for n, f in fields.items()
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
         missing = [n for n in required if data.get(n) is None]
         if missing:
             raise BuildFailure(EXIT_CONFIG, f"spec lacks {', '.join(missing)}")

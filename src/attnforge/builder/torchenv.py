@@ -125,8 +125,11 @@ def use_interpreter(spec: BuildSpec, rep: Reporter) -> dict[str, Any]:
         except (RuntimeError, OSError, subprocess.TimeoutExpired):
             missing.append(module)
     if missing:
-        raise BuildFailure(EXIT_ENV, f"{python} lacks {', '.join(missing)} (pip install {' '.join(missing)}): "
-                           "a build against an existing torch installs nothing into it")  # fmt: skip
+        raise BuildFailure(
+            EXIT_ENV,
+            f"{python} lacks {', '.join(missing)} (pip install {' '.join(missing)}): "
+            "a build against an existing torch installs nothing into it",
+        )
     rep.line(f"attnforge: building with {python} as it is (torch {info['torch']}, no venv)")
     return {**info, "vpy": python, "reused": True}
 

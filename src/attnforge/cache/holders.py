@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..builder.exits import BuildFailure
-from ..builder.spec import BuildSpec
+from attnforge.builder.exits import BuildFailure
+from attnforge.builder.spec import BuildSpec
 
 BUILDER_MODULES = ("attnforge.builder", "builder")  # `python -m <module> --spec SPEC`
 

@@ -8,8 +8,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .holders import overlaps
-from .scan import TRASH_SUFFIX, CacheEntry
+from attnforge.cache.holders import overlaps
+from attnforge.cache.scan import TRASH_SUFFIX, CacheEntry
 
 
 @dataclass

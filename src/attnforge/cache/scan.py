@@ -29,9 +29,9 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..builder.exits import BuildFailure
-from ..builder.spec import BuildSpec
-from .lock import LOCK_NAME
+from attnforge.builder.exits import BuildFailure
+from attnforge.builder.spec import BuildSpec
+from attnforge.cache.build_lock import LOCK_NAME
 
 TRASH_SUFFIX = ".attnforge-trash"  # an entry being removed (renamed first, then deleted)
 KEPT_KINDS = frozenset({"state", "other"})

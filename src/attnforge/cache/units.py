@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import ConfigurationError
+from attnforge.core.errors import ConfigurationError
 
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgtp]?)(ib|b)?", re.IGNORECASE)
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}

@@ -30,9 +30,9 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import ConfigurationError
-from ..matrix.cell import Cell
-from ..wheels.finalize import TORCH_PROVIDED_LIBS
+from attnforge.core.errors import ConfigurationError
+from attnforge.matrix.cell import Cell
+from attnforge.wheels.finalize import TORCH_PROVIDED_LIBS
 
 MANYLINUX = "manylinux_2_28"
 # auditwheel --exclude patterns: torch's and the CUDA/ROCm runtime's libraries come with the torch wheel

@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigurationError
-from ..matrix.cell import Cell
-from ..matrix.plan import Plan
-from ..project import Project
-from ..runner.arches import arch_label, arch_runs_on, cuda_label
-from .yamltext import Comment, Literal, dump
+from attnforge.ci.yamltext import Comment, Literal, dump
+from attnforge.core.arches import arch_label, arch_runs_on, cuda_label
+from attnforge.core.errors import ConfigurationError
+from attnforge.matrix.cell import Cell
+from attnforge.matrix.plan import Plan
+from attnforge.matrix.project import Project
 
 ROLES = ("pr", "release", "nightly")
 DEFAULT_TARGETS = {"pr": "default", "release": "release", "nightly": "nightly"}
@@ -205,8 +205,8 @@ def _runs_on(labels: tuple[str, ...] | list[str]) -> Any:
 def devel_base(job: KernelSetJob, project: Project) -> tuple[str, str] | None:
     """(`--base-image` argument, comment) for a CUDA <= 12 kernel-set (PyPI's CUDA 12 wheels have no nvcc):
     its `nvidia/cuda:<ver>-devel` base, which docker/bases.toml must list as a registry base."""
-    from ..images.bases import load_bases
-    from ..images.build import docker_dir
+    from attnforge.engine.base_images import load_bases
+    from attnforge.images.runtime_image import docker_dir
 
     tk = job.first.toolkit
     row = project.compat.cuda_toolkit(tk.version) if tk.kind == "cuda" and tk.major < 13 else None
@@ -562,7 +562,7 @@ def render(project: Project, roles: Mapping[str, str], settings: CiSettings | No
 
 def self_hosted_labels(files: Mapping[str, str]) -> list[str]:
     """The custom labels the workflows ask self-hosted runners for (actionlint's `self-hosted-runner`)."""
-    from .yamltext import load
+    from attnforge.ci.yamltext import load
 
     builtin = {"self-hosted", "linux", "x64", "arm64", "windows", "macos"}
     labels: set[str] = set()

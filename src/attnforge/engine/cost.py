@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..matrix.cell import Cell
-from ..matrix.plan import Plan
-from .schedule import CELL_OVERHEAD_S, CellEstimate, cell_estimates, makespan
-from .unittimes import UnitTimeTable
+from attnforge.engine.schedule import CELL_OVERHEAD_S, CellEstimate, cell_estimates, makespan
+from attnforge.engine.unittimes import UnitTimeTable
+from attnforge.matrix.cell import Cell
+from attnforge.matrix.plan import Plan
 
 
 @dataclass
@@ -66,8 +66,12 @@ class Scenario:
         return makespan(durations, cores)
 
     def to_json(self, cores: int) -> dict[str, Any]:
-        return {"kernel_sets": len(self.sets), "units": self.units,
-                "compile_hours": round(self.compile_s / 3600, 2), "wall_hours": round(self.wall_s(cores) / 3600, 2)}  # fmt: skip
+        return {
+            "kernel_sets": len(self.sets),
+            "units": self.units,
+            "compile_hours": round(self.compile_s / 3600, 2),
+            "wall_hours": round(self.wall_s(cores) / 3600, 2),
+        }
 
 
 def scenario(name: str, cells: list[Cell], key: Callable[[Cell], str], table: UnitTimeTable) -> Scenario:
@@ -101,11 +105,16 @@ class PlanCost:
             "none": self.none.to_json(self.cores),
             "not_estimated": [c.id for c in self.not_estimated],
             "kernel_sets": [
-                {"key": s.key, "cells": [c.id for c in s.cells], "kernel_units": s.kernel_units,
-                 "kernel_hours": round(s.kernel_s / 3600, 2), "binding_hours": round(s.binding_s / 3600, 2)}
+                {
+                    "key": s.key,
+                    "cells": [c.id for c in s.cells],
+                    "kernel_units": s.kernel_units,
+                    "kernel_hours": round(s.kernel_s / 3600, 2),
+                    "binding_hours": round(s.binding_s / 3600, 2),
+                }
                 for s in self.shared.sets
             ],
-        }  # fmt: skip
+        }
 
 
 def plan_cost(plan: Plan, table: UnitTimeTable, cores: int) -> PlanCost:

@@ -17,8 +17,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from ..errors import BuildError, EnvironmentProblem
-from ..kernels import facts
+from attnforge.core.errors import BuildError, EnvironmentProblem
+from attnforge.core.kernels import facts
 
 
 def _git(*args: str, cwd: Path | None = None) -> str:

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .. import __version__
-from ..builder.spec import BuildSpec, Source
-from ..kernels import import_names
-from ..matrix.cell import Cell
-from ..pins import cpu_torch
-from .progress import ProgressView
-from .resources import Parallelism
+from attnforge import __version__
+from attnforge.builder.spec import BuildSpec, Source
+from attnforge.core.kernels import import_names
+from attnforge.core.pins import cpu_torch
+from attnforge.engine.progress import ProgressView
+from attnforge.engine.resources import Parallelism
+from attnforge.matrix.cell import Cell
 
 BUILDER_DIR = Path(__file__).resolve().parents[1] / "builder"
 SOURCE_DATE_EPOCH = 1700000000  # fixed: the same inputs give the same wheel bytes
@@ -118,9 +118,15 @@ def make_spec(
     if cell.pure_python:
         requirement = os.environ.get(TRITON_BUILD_TORCH_ENV) or cpu_torch()
         py = f"{sys.version_info.major}.{sys.version_info.minor}"
-        return spec.replace(python=py, torch=requirement.split("==")[-1].split("+")[0], torch_requirement=requirement,
-                            torch_variant=None, venv_dir=str(venvs / f"triton-build-cp{py.replace('.', '')}"),
-                            extra_requirements=["setuptools>=77", "wheel"], import_check=False)  # fmt: skip
+        return spec.replace(
+            python=py,
+            torch=requirement.split("==")[-1].split("+")[0],
+            torch_requirement=requirement,
+            torch_variant=None,
+            venv_dir=str(venvs / f"triton-build-cp{py.replace('.', '')}"),
+            extra_requirements=["setuptools>=77", "wheel"],
+            import_check=False,
+        )
     return spec
 
 

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from .schedule import plan_eta
+from attnforge.engine.schedule import plan_eta
 
 
 @dataclass

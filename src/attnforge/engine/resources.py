@@ -163,7 +163,7 @@ def choose_parallelism(
     mem = max(0.0, (machine.memory_available_gb - reserve_gb) / share)
     threads = nvcc_threads or max(1, min(arches, 4, cores))
     if durations and max_jobs is None and nvcc_threads is None:
-        from .schedule import choose_threads
+        from attnforge.engine.schedule import choose_threads
 
         choice = choose_threads(durations, arches, cores, gb_per_thread=per_arch_gb, memory_gb=mem)
         jobs, threads = choice.jobs, choice.threads

@@ -21,21 +21,27 @@ from typing import Any
 
 from rich.markup import escape
 
-from ..backends.routing import Route, make_route_backend, route_of
-from ..builder.exits import EVENT_PREFIX, EXIT_CONTAINER_KILLED, EXIT_ENV, EXIT_OOM
-from ..builder.files import sha256_file
-from ..builder.spec import Source
-from ..errors import BuildError, EnvironmentProblem, InterruptedByUser
-from ..matrix.cell import Cell
-from ..project import Project
-from ..rocm.backends import rocm_parallelism
-from ..wheels.manifest import manifest_path_for
-from .jobs import Backend, CellJob, input_hash, make_spec
-from .progress import ProgressView
-from .resources import JobMemoryTable, Machine, Parallelism, choose_parallelism, detect_machine
-from .schedule import CellEstimate, cell_estimates, choose_parallel_cells
-from .sources import fetch_source
-from .unittimes import BINDING_UNIT, UnitTimeTable, flags_of
+from attnforge.builder.exits import EVENT_PREFIX, EXIT_CONTAINER_KILLED, EXIT_ENV, EXIT_OOM
+from attnforge.builder.files import sha256_file
+from attnforge.builder.spec import Source
+from attnforge.core.errors import BuildError, EnvironmentProblem, InterruptedByUser
+from attnforge.engine.backends.routing import Route, make_route_backend, route_of
+from attnforge.engine.jobs import Backend, CellJob, input_hash, make_spec
+from attnforge.engine.progress import ProgressView
+from attnforge.engine.resources import (
+    JobMemoryTable,
+    Machine,
+    Parallelism,
+    choose_parallelism,
+    detect_machine,
+)
+from attnforge.engine.rocm.build_plan import rocm_parallelism
+from attnforge.engine.schedule import CellEstimate, cell_estimates, choose_parallel_cells
+from attnforge.engine.sources import fetch_source
+from attnforge.engine.unittimes import BINDING_UNIT, UnitTimeTable, flags_of
+from attnforge.matrix.cell import Cell
+from attnforge.matrix.project import Project
+from attnforge.wheels.manifest import manifest_path_for
 
 
 @dataclass
@@ -252,8 +258,10 @@ class Engine:
         machine = self.machine()
         cores = machine.cores
         est = {id(g): self.estimate(g[0][0]) for g in groups}
-        binding_gb = max((e.units[BINDING_UNIT].peak_rss_gb or 2.0 for e in est.values() if BINDING_UNIT in e.units),
-                         default=2.0)  # fmt: skip
+        binding_gb = max(
+            (e.units[BINDING_UNIT].peak_rss_gb or 2.0 for e in est.values() if BINDING_UNIT in e.units),
+            default=2.0,
+        )
         reserve = self.project.matrix.build.resources.reserve_memory_gb
         binds_at_once = max(1, min(cores, int((machine.memory_available_gb - reserve) // binding_gb)))
         bind_cores = max(1, -(-cores // binds_at_once))  # a binding's share of the cores, memory included
@@ -261,8 +269,10 @@ class Engine:
         share = parallel_cells or choose_parallel_cells([est[id(g)].durations() for g in groups], cores)
         share = max(1, min(share, len(groups)))
         if len(groups) > 1 or any(len(g) > 1 for g in groups):
-            self.view.log(f"{len(groups)} kernel set(s), {share} at once on {cores} cores; "
-                          f"{sum(len(g) - 1 for g in groups)} cell(s) only bind")  # fmt: skip
+            self.view.log(
+                f"{len(groups)} kernel set(s), {share} at once on {cores} cores; "
+                f"{sum(len(g) - 1 for g in groups)} cell(s) only bind"
+            )
         lead_cores = max(1, cores // share)
         queue: list[tuple[Cell, str, bool]] = [(g[0][0], g[0][1], False) for g in groups]
         followers = {g[0][0].id: [(c, d, True) for c, d in g[1:]] for g in groups}
@@ -288,8 +298,9 @@ class Engine:
                 raise
         return results
 
-    def _next_fitting(self, queue: list[tuple[Cell, str, bool]], free: int, lead_cores: int, bind_cores: int,
-                      busy: bool) -> tuple[Cell, str, bool, int] | None:  # fmt: skip
+    def _next_fitting(
+        self, queue: list[tuple[Cell, str, bool]], free: int, lead_cores: int, bind_cores: int, busy: bool
+    ) -> tuple[Cell, str, bool, int] | None:
         """Take the first queued cell that fits in `free` cores (any one when nothing runs): a follower whose
         kernel objects exist binds only (`bind_cores`), anything else compiles kernels (a lead's share)."""
         for i, (cell, digest, follower) in enumerate(queue):
@@ -385,8 +396,12 @@ class Engine:
             kind, cell = event.get("event"), job.cell
             if kind == "unit":
                 name = event.get("name")
-                self.view.units(cell.id, int(event.get("done", 0)), int(event.get("total", 0)),
-                                str(name) if name else None)  # fmt: skip
+                self.view.units(
+                    cell.id,
+                    int(event.get("done", 0)),
+                    int(event.get("total", 0)),
+                    str(name) if name else None,
+                )
             elif kind == "sources":  # the setup hook's start order: the ETA follows the estimates
                 est = job.spec.unit_seconds
                 order = [(s, est.get(s, 0.0)) for s in (Path(str(x)).stem for x in event.get("compile", []))]
@@ -394,8 +409,12 @@ class Engine:
                     self.view.plan_units(cell.id, order, job.spec.max_jobs or 1)
             elif kind == "stage":
                 secs = event.get("s")
-                self.view.stage(cell.id, str(event.get("stage", "")), event.get("status"),
-                                float(secs) if isinstance(secs, (int, float)) else None)  # fmt: skip
+                self.view.stage(
+                    cell.id,
+                    str(event.get("stage", "")),
+                    event.get("status"),
+                    float(secs) if isinstance(secs, (int, float)) else None,
+                )
 
     @staticmethod
     def _log_line(job: CellJob, message: str) -> None:
@@ -420,8 +439,8 @@ class Engine:
 
     def _publish_locally(self, job: CellJob, result: dict[str, Any], seconds: float) -> Path:
         """Finalize the wheel (tags, torch pin, audit, manifest) and move it into the output folder atomically."""
-        from ..wheels.finalize import finalize_built
-        from ..wheels.manifest import build_manifest
+        from attnforge.engine.wheel_record import build_manifest
+        from attnforge.wheels.finalize import finalize_built
 
         cell = job.cell
         built = Path(result["wheel"])
@@ -441,9 +460,15 @@ class Engine:
                 self.memory_table.record(
                     str(cell.toolkit), profile_class, float(result["peak_rss_gb"]), len(cell.arches), cell.id
                 )
-            self.unit_table.record(cell.kernel, cell.kernel_version, str(cell.toolkit), len(cell.arches),
-                                   flags_of(cell.profile_spec.disable), result.get("unit_times") or {},
-                                   f"{cell.id}, MAX_JOBS={job.spec.max_jobs}")  # fmt: skip
+            self.unit_table.record(
+                cell.kernel,
+                cell.kernel_version,
+                str(cell.toolkit),
+                len(cell.arches),
+                flags_of(cell.profile_spec.disable),
+                result.get("unit_times") or {},
+                f"{cell.id}, MAX_JOBS={job.spec.max_jobs}",
+            )
             target = self.output / final.wheel.name
             # drop older wheels of the same cell, then move the pair in (wheel last: readers key on it)
             for old in self.output.glob("*.whl.manifest.json"):

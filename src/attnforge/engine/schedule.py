@@ -13,9 +13,9 @@ import heapq
 import statistics
 from dataclasses import dataclass
 
-from ..kernels import head_dims as kernel_head_dims
-from ..matrix.cell import Cell
-from .unittimes import BINDING_UNIT, Estimate, UnitTimeTable, flags_of
+from attnforge.core.kernels import head_dims as kernel_head_dims
+from attnforge.engine.unittimes import BINDING_UNIT, Estimate, UnitTimeTable, flags_of
+from attnforge.matrix.cell import Cell
 
 SERIAL = 0.15  # share of a unit's compile that nvcc --threads does not parallelise (model)
 CELL_OVERHEAD_S = 45.0  # per cell besides compiling: setup.py start, link, wheel, import check, finalize
@@ -79,8 +79,14 @@ class ThreadChoice:
     makespan_s: float
 
 
-def choose_threads(durations: list[float], arches: int, cores: int, max_jobs_by_memory: int | None = None,
-                   gb_per_thread: float = 0.0, memory_gb: float | None = None) -> ThreadChoice:  # fmt: skip
+def choose_threads(
+    durations: list[float],
+    arches: int,
+    cores: int,
+    max_jobs_by_memory: int | None = None,
+    gb_per_thread: float = 0.0,
+    memory_gb: float | None = None,
+) -> ThreadChoice:
     """Jobs x nvcc threads (jobs * threads <= cores) with the shortest LPT makespan; on a tie, fewer threads.
     One arch: threads do not help. Few long units on many cores: threads shorten the tail."""
     best: ThreadChoice | None = None

@@ -10,12 +10,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from ..builder.files import sha256_file
-from ..builder.spec import Source
-from ..errors import BuildError, ConfigurationError, EnvironmentProblem
-from ..matrix.lock import sdist_url, source_path
-from ..matrix.schema import KernelSpec
-from .gitsource import git_archive
+from attnforge.builder.files import sha256_file
+from attnforge.builder.spec import Source
+from attnforge.core.errors import BuildError, ConfigurationError, EnvironmentProblem
+from attnforge.engine.gitsource import git_archive
+from attnforge.matrix.schema import KernelSpec
+from attnforge.matrix.source_lock import sdist_url, source_path
 
 
 def _download(url: str, dest: Path) -> None:

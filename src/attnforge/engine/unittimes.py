@@ -86,8 +86,9 @@ class UnitTimeTable:
         self.reference = str(seed["reference_machine"])
         by_machine: dict[str, dict[str, dict[str, Any]]] = {}
         for row in seed["units"]:
-            key = unit_key(row["kernel"], row["version"], row["toolkit"], row["unit"], int(row["arches"]),
-                           row["flags"])  # fmt: skip
+            key = unit_key(
+                row["kernel"], row["version"], row["toolkit"], row["unit"], int(row["arches"]), row["flags"]
+            )
             by_machine.setdefault(row["machine"], {})[key] = row
         ref = {k: float(r["s"]) for k, r in by_machine.get(self.reference, {}).items()}
         self.seed: dict[str, Estimate] = {}
@@ -102,8 +103,11 @@ class UnitTimeTable:
                     continue
                 note = "" if machine == self.reference else f" x{to_ref or 1.0:.2f} to {self.reference}"
                 peak = row.get("peak_rss_gb")
-                self.seed[key] = Estimate(float(row["s"]) * (to_ref or 1.0), float(peak) if peak else None,
-                                          f"seed ({machine}{note}): {row.get('source', '')}")  # fmt: skip
+                self.seed[key] = Estimate(
+                    float(row["s"]) * (to_ref or 1.0),
+                    float(peak) if peak else None,
+                    f"seed ({machine}{note}): {row.get('source', '')}",
+                )
         self.measured_path = measured_path
         self.measured: dict[str, dict[str, Any]] = {}
         if measured_path and measured_path.is_file():
@@ -127,8 +131,11 @@ class UnitTimeTable:
             )
         seeded = self.seed.get(key)
         if seeded:
-            return Estimate(seeded.s * factor, seeded.peak_rss_gb, seeded.source + (
-                f"; x{factor:.2f} for this machine" if factor != 1.0 else ""))  # fmt: skip
+            return Estimate(
+                seeded.s * factor,
+                seeded.peak_rss_gb,
+                seeded.source + (f"; x{factor:.2f} for this machine" if factor != 1.0 else ""),
+            )
         return None
 
     def _relatives(self, key: str) -> Iterator[tuple[str, float, list[str], int]]:
@@ -183,14 +190,25 @@ class UnitTimeTable:
         if best:
             return best[1]
         kind = unit_kind(unit)
-        same_kind = [e.s * factor * flags_scale(flags) / flags_scale(_split(k)[5]) * arches / _split(k)[4]
-                     for k, e in self.seed.items() if unit_kind(_split(k)[3]) == kind and _split(k)[0] == kernel]  # fmt: skip
+        same_kind = [
+            e.s * factor * flags_scale(flags) / flags_scale(_split(k)[5]) * arches / _split(k)[4]
+            for k, e in self.seed.items()
+            if unit_kind(_split(k)[3]) == kind and _split(k)[0] == kernel
+        ]
         if same_kind:
             return Estimate(statistics.median(same_kind), None, f"median of seeded {kind} units")
         return Estimate(DEFAULT_S * factor, None, "default (nothing measured for this kind of unit)")
 
-    def record(self, kernel: str, version: str, toolkit: str, arches: int, flags: str,
-               unit_times: dict[str, dict[str, Any]], note: str) -> int:  # fmt: skip
+    def record(
+        self,
+        kernel: str,
+        version: str,
+        toolkit: str,
+        arches: int,
+        flags: str,
+        unit_times: dict[str, dict[str, Any]],
+        note: str,
+    ) -> int:
         """Add a build's unit times (result.json ``unit_times``) to this machine's table; rows whose
         compiler never grew past ``MIN_REAL_RSS_GB`` (ccache hits) are skipped. Returns rows recorded."""
         if not self.measured_path:

@@ -26,8 +26,12 @@ LOGGERS = {
     "aot": ("torch._functorch._aot_autograd.autograd_cache", "Autograd graph cache hash details for key "),
 }
 # loggers whose INFO records (hit, miss, bypass, "unable to load") are kept as {"kind": "log"} records
-INFO_LOGGERS = ("torch._inductor.codecache", "torch._functorch._aot_autograd.autograd_cache",
-                "torch._inductor.triton_bundler", "torch.compiler._cache")  # fmt: skip
+INFO_LOGGERS = (
+    "torch._inductor.codecache",
+    "torch._functorch._aot_autograd.autograd_cache",
+    "torch._inductor.triton_bundler",
+    "torch.compiler._cache",
+)
 
 
 class _KeyRecords(logging.Handler):
@@ -125,8 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     a, b = read(args.a), read(args.b)
     result = diff(a, b)
-    logs = {side: [f"{r['logger']}: {r['msg'][:300]}" for r in recs if r["kind"] == "log"]
-            for side, recs in (("a_log", a), ("b_log", b))}  # fmt: skip
+    logs = {
+        side: [f"{r['logger']}: {r['msg'][:300]}" for r in recs if r["kind"] == "log"]
+        for side, recs in (("a_log", a), ("b_log", b))
+    }
     print(json.dumps({"keys": result, **logs}, indent=1))
     return 0 if all(r["same"] for r in result) else 1
 

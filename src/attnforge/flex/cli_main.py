@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .build import BuildOptions, build_and_package, failed
-from .defaults import DEFAULT_VARIANTS
+from attnforge.flex.aot_build import BuildOptions, build_and_package, failed
+from attnforge.flex.defaults import DEFAULT_VARIANTS
 
 
 def select(variants: list[dict[str, Any]], device: str | None, only: list[str]) -> list[dict[str, Any]]:
@@ -27,14 +27,31 @@ def select(variants: list[dict[str, Any]], device: str | None, only: list[str]) 
 def with_defaults(v: dict[str, Any]) -> dict[str, Any]:
     """Fill a plain variant dict the way the pydantic model would (validated there when available)."""
     try:
-        from .spec import FlexVariant
+        from attnforge.flex.flex_spec import FlexVariant
 
         return FlexVariant.model_validate(v).as_dict()
     except ImportError:
-        base = {"mask": "causal", "window": None, "prefix": None, "score_mod": "none", "softcap": None,
-                "dtype": "bf16", "head_dim": 128, "heads_q": 16, "heads_kv": 16, "seq_len": 2048, "batch": 1,
-                "dynamic": False, "backward": True, "mode": "default", "device": "cuda", "scale": None,
-                "pad_from": None, "client": None, "group": None}  # fmt: skip
+        base = {
+            "mask": "causal",
+            "window": None,
+            "prefix": None,
+            "score_mod": "none",
+            "softcap": None,
+            "dtype": "bf16",
+            "head_dim": 128,
+            "heads_q": 16,
+            "heads_kv": 16,
+            "seq_len": 2048,
+            "batch": 1,
+            "dynamic": False,
+            "backward": True,
+            "mode": "default",
+            "device": "cuda",
+            "scale": None,
+            "pad_from": None,
+            "client": None,
+            "group": None,
+        }
         return base | v
 
 
@@ -43,7 +60,7 @@ def read_variants(path: Path) -> list[dict[str, Any]]:
     declarations are expanded by ``spec``, which needs pydantic)."""
     data = json.loads(path.read_text(encoding="utf-8"))
     try:
-        from .spec import parse_variants
+        from attnforge.flex.flex_spec import parse_variants
     except ImportError:
         if isinstance(data, list):
             return data
@@ -72,8 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     if not vs:
         print("flex: no variants to build", file=sys.stderr)
         return 3
-    opts = BuildOptions(out_dir=a.out, family=a.family, aoti=not a.no_aoti, precompile=not a.no_precompile,
-                        jobs=a.jobs, cache_key_log=a.cache_key_log)  # fmt: skip
+    opts = BuildOptions(
+        out_dir=a.out,
+        family=a.family,
+        aoti=not a.no_aoti,
+        precompile=not a.no_precompile,
+        jobs=a.jobs,
+        cache_key_log=a.cache_key_log,
+    )
     manifest, wheel = build_and_package(vs, opts, a.wheel_dir)
     bad = failed(manifest)
     print(json.dumps({"built": len(vs) - len(bad), "failed": bad, "wheel": str(wheel) if wheel else None}))

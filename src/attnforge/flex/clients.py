@@ -29,8 +29,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-DTYPE_NAMES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
-               "float32": "fp32", "fp32": "fp32", "float": "fp32"}  # fmt: skip
+DTYPE_NAMES = {
+    "bfloat16": "bf16",
+    "bf16": "bf16",
+    "float16": "fp16",
+    "fp16": "fp16",
+    "half": "fp16",
+    "float32": "fp32",
+    "fp32": "fp32",
+    "float": "fp32",
+}
 
 
 def read_config(config: dict[str, Any] | str | None) -> dict[str, Any]:
@@ -117,7 +125,7 @@ class FlexClient(BaseModel):
             raise ValueError(
                 f"client {self.name}: a torch script has no model config; give heads and head_dim"
             )
-        from .spec import FlexVariant
+        from attnforge.flex.flex_spec import FlexVariant
 
         for d in self.expand():
             try:
@@ -152,17 +160,24 @@ class FlexClient(BaseModel):
             out["heads_q"] = cfg.get("num_attention_heads")
             out["heads_kv"] = cfg.get("num_key_value_heads") or out["heads_q"]
             out["head_dim"] = cfg.get("attention_head_dim")
-        explicit = {"heads_q": self.heads_q, "heads_kv": self.heads_kv, "head_dim": self.head_dim,
-                    "dtype": _dtype(self.dtype, where) if self.dtype else None, "softcap": self.softcap,
-                    "scale": self.scale}  # fmt: skip
+        explicit = {
+            "heads_q": self.heads_q,
+            "heads_kv": self.heads_kv,
+            "head_dim": self.head_dim,
+            "dtype": _dtype(self.dtype, where) if self.dtype else None,
+            "softcap": self.softcap,
+            "scale": self.scale,
+        }
         out.update({k: v for k, v in explicit.items() if v is not None})
         if out.get("heads_kv") is None:
             out["heads_kv"] = out.get("heads_q")
         missing = [k for k in ("heads_q", "head_dim") if not out.get(k)]
         if missing:
-            hint = {"transformers": "num_attention_heads / hidden_size or head_dim in the config",
-                    "diffusers": "num_attention_heads and attention_head_dim in the config",
-                    "torch": "the fields themselves"}[self.client]  # fmt: skip
+            hint = {
+                "transformers": "num_attention_heads / hidden_size or head_dim in the config",
+                "diffusers": "num_attention_heads and attention_head_dim in the config",
+                "torch": "the fields themselves",
+            }[self.client]
             raise ValueError(f"{where}: {', '.join(missing)} unknown: give {hint}")
         for k in ("dtype", "softcap", "scale"):
             out.setdefault(k, None)
@@ -212,11 +227,26 @@ class FlexClient(BaseModel):
             for batch in self.batches:
                 for seq_len, pad_from in self.lengths():
                     name = "-".join(p for p in (self.name, suffix, f"b{batch}", f"s{seq_len}") if p)
-                    out.append({
-                        "name": name, "mask": mask, "window": window, "score_mod": "softcap" if att["softcap"] else "none",
-                        "softcap": att["softcap"], "dtype": att["dtype"], "head_dim": att["head_dim"],
-                        "heads_q": att["heads_q"], "heads_kv": att["heads_kv"], "seq_len": seq_len, "batch": batch,
-                        "backward": self.training, "mode": self.mode, "device": self.device, "scale": att["scale"],
-                        "pad_from": pad_from, "client": self.client, "group": self.name,
-                    })  # fmt: skip
+                    out.append(
+                        {
+                            "name": name,
+                            "mask": mask,
+                            "window": window,
+                            "score_mod": "softcap" if att["softcap"] else "none",
+                            "softcap": att["softcap"],
+                            "dtype": att["dtype"],
+                            "head_dim": att["head_dim"],
+                            "heads_q": att["heads_q"],
+                            "heads_kv": att["heads_kv"],
+                            "seq_len": seq_len,
+                            "batch": batch,
+                            "backward": self.training,
+                            "mode": self.mode,
+                            "device": self.device,
+                            "scale": att["scale"],
+                            "pad_from": pad_from,
+                            "client": self.client,
+                            "group": self.name,
+                        }
+                    )
         return out

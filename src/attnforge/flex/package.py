@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import BuildError
-from .runtime import MANIFEST, envkeys
+from attnforge.core.errors import BuildError
+from attnforge.flex.runtime import MANIFEST, envkeys
 
 DIST_NAME = "attnforge-flex-kernels"
 IMPORT_NAME = "attnforge_flex"
@@ -130,8 +130,16 @@ def write_project(artifacts: Path, project: Path) -> dict[str, Any]:
         if env.get("device") == "cuda"
         else f"torch {env.get('torch')} on CPU ({env.get('cpu_capability')}), Python {env.get('python')}"
     )
-    fmt = {"name": DIST_NAME, "version": version, "family": manifest.get("family", "default"), "variants": names,
-           "pkg": IMPORT_NAME, "first": good[0]["name"], "env_line": env_line, "created": manifest.get("created")}  # fmt: skip
+    fmt = {
+        "name": DIST_NAME,
+        "version": version,
+        "family": manifest.get("family", "default"),
+        "variants": names,
+        "pkg": IMPORT_NAME,
+        "first": good[0]["name"],
+        "env_line": env_line,
+        "created": manifest.get("created"),
+    }
     (project / "pyproject.toml").write_text(PYPROJECT.format(**fmt), encoding="utf-8")
     (project / "setup.py").write_text(SETUP_PY.format(pth=PTH_NAME), encoding="utf-8")
     (project / PTH_NAME).write_text(PTH, encoding="utf-8")
@@ -146,8 +154,18 @@ def build_wheel(artifacts: Path, dist: Path, python: str = sys.executable) -> Pa
         project = Path(tmp) / "project"
         manifest = write_project(artifacts, project)
         out = Path(tmp) / "dist"
-        cmd = [python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(out),
-               str(project)]  # fmt: skip
+        cmd = [
+            python,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            str(out),
+            str(project),
+        ]
         p = subprocess.run(cmd, capture_output=True, text=True)
         wheels = list(out.glob("*.whl"))
         if p.returncode != 0 or len(wheels) != 1:

@@ -65,8 +65,8 @@ def _sync(device: str) -> None:
 def _reference_err(v: dict[str, Any], out: Any, q: Any, k: Any, vv: Any) -> float:
     """max |out - fp32 dense reference| (same mask and score_mod)."""
 
-    from ..parity.reference import attention_ref
-    from .runtime import mods
+    from attnforge.flex.runtime import mods
+    from attnforge.reference import attention_ref
 
     s = q.shape[-2]
     mask = mods.dense_mask(v, s, q.device)
@@ -112,7 +112,7 @@ def _run_checked(v: dict[str, Any], run: Any, q: Any, k: Any, vv: Any) -> tuple[
 def megacache(v: dict[str, Any], out: str) -> dict[str, Any]:
     import torch
 
-    from .runtime import envkeys, mods
+    from attnforge.flex.runtime import envkeys, mods
 
     dev = v.get("device", "cuda")
     q, k, vv = mods.make_inputs(v, dev, grad=bool(v.get("backward")))
@@ -125,8 +125,14 @@ def megacache(v: dict[str, Any], out: str) -> dict[str, Any]:
     with open(out, "wb") as fh:
         fh.write(blob)
     kinds = {str(key): len(val) for key, val in getattr(info, "artifacts", {}).items()}
-    return {"ok": True, "compile_s": round(compile_s, 3), "bytes": len(blob), "max_err": err,
-            "artifacts": kinds, "env": envkeys.collect(dev)}  # fmt: skip
+    return {
+        "ok": True,
+        "compile_s": round(compile_s, 3),
+        "bytes": len(blob),
+        "max_err": err,
+        "artifacts": kinds,
+        "env": envkeys.collect(dev),
+    }
 
 
 def precompile(v: dict[str, Any], out: str) -> dict[str, Any]:
@@ -134,7 +140,7 @@ def precompile(v: dict[str, Any], out: str) -> dict[str, Any]:
     runtime under the wheel's import name, so the saved guards name modules the wheel has."""
     import importlib
 
-    from .runtime.precompiled import WHEEL_PACKAGE, wheel_package
+    from attnforge.flex.runtime.precompiled import WHEEL_PACKAGE, wheel_package
 
     wheel_package(source_first=True)
     mods = importlib.import_module(f"{WHEEL_PACKAGE}.mods")
@@ -158,11 +164,11 @@ def aoti_build(v: dict[str, Any], out: str) -> dict[str, Any]:
     (``out`` and ``aoti_train.backward_path(out)``)."""
     import torch
 
-    from .runtime import mods
+    from attnforge.flex.runtime import mods
 
     dev = v.get("device", "cuda")
     if v.get("backward"):
-        from . import aoti_train
+        from attnforge.flex import aoti_train
 
         t0 = time.perf_counter()
         info = aoti_train.build(v, dev, Path(out))
@@ -177,11 +183,11 @@ def aoti_build(v: dict[str, Any], out: str) -> dict[str, Any]:
 
 def _load_packages(v: dict[str, Any], package: str) -> Any:
     """As attnforge_flex loads them (no vector-ISA probe): the package, or a fwd+bwd variant's pair."""
-    from .runtime import TrainPackages, load_package
+    from attnforge.flex.runtime import TrainPackages, load_package
 
     if not v.get("backward"):
         return load_package(Path(package))
-    from .aoti_train import backward_path
+    from attnforge.flex.aoti_train import backward_path
 
     return TrainPackages(load_package(Path(package)), load_package(backward_path(Path(package))))
 
@@ -190,7 +196,7 @@ def _grad_err(v: dict[str, Any], fn: Any) -> dict[str, Any]:
     """fwd+bwd through ``fn`` vs eager flex_attention: max |difference| of dq, dk, dv."""
     import torch
 
-    from .runtime import mods
+    from attnforge.flex.runtime import mods
 
     dev = v.get("device", "cuda")
     q, k, vv = mods.make_inputs(v, dev, grad=True)
@@ -203,7 +209,7 @@ def _grad_err(v: dict[str, Any], fn: Any) -> dict[str, Any]:
 
 
 def aoti_run(v: dict[str, Any], package: str) -> dict[str, Any]:
-    from .runtime import mods
+    from attnforge.flex.runtime import mods
 
     dev = v.get("device", "cuda")
     q, k, vv = mods.make_inputs(v, dev)
@@ -267,7 +273,7 @@ def first_call(
 
     import torch
 
-    from .runtime import mods
+    from attnforge.flex.runtime import mods
 
     dev = v.get("device", "cuda")
     q, k, vv = mods.make_inputs(v, dev, grad=backward)
@@ -286,7 +292,7 @@ def first_call(
             o = package(q, k, vv)
             return o[0] if isinstance(o, (list, tuple)) else o
     elif mode == "precompiled":
-        from .runtime import precompiled
+        from attnforge.flex.runtime import precompiled
 
         fn = precompiled.load(str(artifact), trust_cpu_isa=dev == "cpu")
         load_s = time.perf_counter() - t0
@@ -328,9 +334,14 @@ def first_call(
     from torch._dynamo.utils import counters
 
     hits = {key: dict(val) for key, val in counters.items() if key in ("inductor", "aot_autograd")}
-    return {"ok": True, "seconds": round(total, 4), "load_s": round(load_s, 4),
-            "blockmask_s": round(blockmask_s, 4), "counters": hits,
-            "steady_ms": round(statistics.median(times) * 1000, 4) if times else None}  # fmt: skip
+    return {
+        "ok": True,
+        "seconds": round(total, 4),
+        "load_s": round(load_s, 4),
+        "blockmask_s": round(blockmask_s, 4),
+        "counters": hits,
+        "steady_ms": round(statistics.median(times) * 1000, 4) if times else None,
+    }
 
 
 def _write_profile(prof: Any, path: str, title: str) -> None:
@@ -366,8 +377,14 @@ def main(argv: list[str] | None = None) -> int:
             res = _act(a, v)
     except Exception as exc:
         msg = str(exc).strip().splitlines()
-        _emit({"ok": False, "kind": _classify(exc), "error": f"{type(exc).__name__}: {msg[0] if msg else ''}",
-               "traceback": traceback.format_exc(limit=6)[-3000:]})  # fmt: skip
+        _emit(
+            {
+                "ok": False,
+                "kind": _classify(exc),
+                "error": f"{type(exc).__name__}: {msg[0] if msg else ''}",
+                "traceback": traceback.format_exc(limit=6)[-3000:],
+            }
+        )
         return 1
     _emit(res)
     return 0
@@ -379,7 +396,7 @@ def _key_log(path: str | None) -> Any:
 
     if not path:
         return contextlib.nullcontext()
-    from .cachekeys import capture
+    from attnforge.flex.cachekeys import capture
 
     return capture(path)
 

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigurationError
+from attnforge.core.errors import ConfigurationError
 
 USER_ENV = "ATTNFORGE_REGISTRY_USER"
 PASSWORD_ENV = "ATTNFORGE_REGISTRY_PASSWORD"

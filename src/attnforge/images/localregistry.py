@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-from ..errors import EnvironmentProblem
+from attnforge.core.errors import EnvironmentProblem
 
 REGISTRY_BIN = "docker-registry"
 

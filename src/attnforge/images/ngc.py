@@ -9,15 +9,15 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from ..errors import EnvironmentProblem
-from ..install.which import PROBE_MARK, Env
-from ..matrix.compat import NgcRelease
-from .docker import Docker
+from attnforge.core.docker_cli import Docker
+from attnforge.core.errors import EnvironmentProblem
+from attnforge.engine.environment import PROBE_MARK, Env
+from attnforge.matrix.compat import NgcRelease
 
 NGC_IMAGE_TEMPLATE = "nvcr.io/nvidia/pytorch:{release}-py3"
 STANDIN_TEMPLATE = "attnforge-standin/ngc-pytorch:{release}"
 
-# Run inside a base after install/probe.py (the probe `attnforge build --python` reads an environment with):
+# Run inside a base after engine/env_probe.py (the probe `attnforge build --python` reads an environment with):
 # what pip's constraint file (NGC: /etc/pip/constraint.txt, PIP_CONSTRAINT) pins, and the stand-in's mark.
 _NGC_PROBE = r"""
 import json, os
@@ -55,8 +55,8 @@ class BaseFacts:
 
 
 def probe_base(docker: Docker, image: str) -> BaseFacts:
-    """Run install/probe.py and the constraint probe in the image (one container, no network)."""
-    from ..install import probe
+    """Run engine/env_probe.py and the constraint probe in the image (one container, no network)."""
+    from attnforge.engine import env_probe as probe
 
     script = 'python -c "$1" flash-attn && python -c "$2"'
     source = Path(probe.__file__).read_text(encoding="utf-8")

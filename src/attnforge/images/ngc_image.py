@@ -23,23 +23,24 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..backends.env import environment_cell
-from ..builder.files import sha256_file
-from ..builder.spec import BuildSpec, Source
-from ..engine.jobs import BUILDER_DIR, SOURCE_DATE_EPOCH, CellJob, input_hash, make_spec
-from ..engine.resources import Parallelism
-from ..errors import BuildError, ConfigurationError, EnvironmentProblem
-from ..matrix.cell import Cell
-from ..matrix.compat import NgcRelease
-from ..matrix.schema import ProfileSpec
-from ..project import Project
-from ..wheels.finalize import finalize_built
-from ..wheels.manifest import build_manifest, read_manifest
-from ..wheels.naming import cell_from_manifest
-from .docker import Docker
-from .naming import ImageSpec
-from .ngc import BaseFacts, select_release
-from .requests import ImageRequest, Skipped
+from attnforge.builder.files import sha256_file
+from attnforge.builder.spec import BuildSpec, Source
+from attnforge.core.docker_cli import Docker
+from attnforge.core.errors import BuildError, ConfigurationError, EnvironmentProblem
+from attnforge.engine.backends.env import environment_cell
+from attnforge.engine.jobs import BUILDER_DIR, SOURCE_DATE_EPOCH, CellJob, input_hash, make_spec
+from attnforge.engine.resources import Parallelism
+from attnforge.engine.wheel_record import build_manifest
+from attnforge.images.ngc import BaseFacts, select_release
+from attnforge.images.requests import ImageRequest, Skipped
+from attnforge.images.tags import ImageSpec
+from attnforge.matrix.cell import Cell
+from attnforge.matrix.compat import NgcRelease
+from attnforge.matrix.project import Project
+from attnforge.matrix.schema import ProfileSpec
+from attnforge.wheels.finalize import finalize_built
+from attnforge.wheels.manifest import read_manifest
+from attnforge.wheels.naming import cell_from_manifest
 
 Log = Callable[[str], None]
 
@@ -270,8 +271,16 @@ def compile_on_base(
         (ctx / "attnforge" / "spec.json").write_text(spec.dumps() + "\n", encoding="utf-8")
         log(f"  compiling {cell.id} on {base_ref} (torch {facts.torch}, {facts.executable}, no network)")
         out = Path(tmp) / "out"
-        res = dk.build(ctx, dockerfile, [], build_args={"NGC_IMAGE": base_ref}, target="wheel",
-                       network="none", output=out, on_line=on_line)  # fmt: skip
+        res = dk.build(
+            ctx,
+            dockerfile,
+            [],
+            build_args={"NGC_IMAGE": base_ref},
+            target="wheel",
+            network="none",
+            output=out,
+            on_line=on_line,
+        )
         result = _read_result(out)
         if not res.ok or not result.get("ok"):
             said = [
@@ -284,8 +293,10 @@ def compile_on_base(
         raw = out / str(result["wheel_name"])
         seconds = time.monotonic() - start
         result["image"] = base_ref
-        identity = json.dumps({"backend": "env", "image": base_ref, "python": facts.executable,
-                               "torch": facts.torch}, sort_keys=True)  # fmt: skip
+        identity = json.dumps(
+            {"backend": "env", "image": base_ref, "python": facts.executable, "torch": facts.torch},
+            sort_keys=True,
+        )
         job = CellJob(
             cell, spec, Path(tmp), out / "build.log", _parallelism(max_jobs), input_hash(cell, identity)
         )

@@ -12,9 +12,9 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..backends.pip_config import PipOptions
-from ..errors import ConfigurationError, EnvironmentProblem
-from .localindex import LocalIndexServer, Sources
+from attnforge.core.errors import ConfigurationError, EnvironmentProblem
+from attnforge.engine.backends.pip_config import PipOptions
+from attnforge.images.localindex import LocalIndexServer, Sources
 
 PYPI = "https://pypi.org/simple"
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import PublishError
-from .docker import DOCKER, Docker, pushed_digest
-from .record import ImageSet
-from .registry import Manifest, Registry, RegistryAuthError
+from attnforge.core.docker_cli import DOCKER, Docker, pushed_digest
+from attnforge.core.errors import PublishError
+from attnforge.images.record import ImageSet
+from attnforge.images.registry import Manifest, Registry, RegistryAuthError
 
 Log = Callable[[str], None]
 

@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..builder.files import atomic_write_text
-from ..errors import ConfigurationError
+from attnforge.builder.files import atomic_write_text
+from attnforge.core.errors import ConfigurationError
 
 RECORD_NAME = "images.json"
 

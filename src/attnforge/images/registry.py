@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import EnvironmentProblem, PublishError
+from attnforge.core.errors import EnvironmentProblem, PublishError
 
 MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigurationError
-from ..kernels import modules
-from ..matrix.cell import Cell
-from ..matrix.compat import NgcRelease
-from .naming import ImageSpec, parity_text
-from .ngc import BaseFacts
+from attnforge.core.errors import ConfigurationError
+from attnforge.core.kernels import modules
+from attnforge.images.ngc import BaseFacts
+from attnforge.images.tags import ImageSpec, parity_text
+from attnforge.matrix.cell import Cell
+from attnforge.matrix.compat import NgcRelease
 
 
 @dataclass
@@ -46,7 +46,7 @@ class Skipped:
 
 def read_wheel_manifests(wheels_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
     """(wheel, manifest) for every `*.whl.manifest.json` whose wheel is present and matches its bytes."""
-    from ..wheels.manifest import check_matches_wheel, read_manifest
+    from attnforge.wheels.manifest import check_matches_wheel, read_manifest
 
     out: list[tuple[Path, dict[str, Any]]] = []
     for mpath in sorted(wheels_dir.glob("*.whl.manifest.json")):

@@ -12,13 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BuildError, EnvironmentProblem
-from ..pins import cpu_torch
-from .bootstrap import BaseImageError, bootstrap_debian_base
-from .build import DEFAULT_RUNTIME_BASE, docker_dir
-from .docker import Docker
-from .ngc import STANDIN_TEMPLATE
-from .pipplan import PipPlan, pip_secrets
+from attnforge.core.docker_cli import Docker
+from attnforge.core.errors import BuildError, EnvironmentProblem
+from attnforge.core.pins import cpu_torch
+from attnforge.engine.backends.debian_base import BaseImageError, bootstrap_debian_base
+from attnforge.images.ngc import STANDIN_TEMPLATE
+from attnforge.images.pipplan import PipPlan, pip_secrets
+from attnforge.images.runtime_image import DEFAULT_RUNTIME_BASE, docker_dir
 
 # The small CPU torch wheel keeps stand-in images (and tests) small; torch==2.14.1 (CUDA 13, 5 GB) also works.
 DEFAULT_TORCH = cpu_torch()
@@ -73,8 +73,12 @@ def ensure_standin(
     dk = docker or Docker()
     tag = STANDIN_TEMPLATE.format(release=release)
     version_as = standin_torch_version(torch_requirement) if torch_version_as is None else torch_version_as
-    want = {"torch-requirement": torch_requirement, "bundled-flash-attn": bundled_flash_attn,
-            "torch-version": version_as, "layout": LAYOUT}  # fmt: skip
+    want = {
+        "torch-requirement": torch_requirement,
+        "bundled-flash-attn": bundled_flash_attn,
+        "torch-version": version_as,
+        "layout": LAYOUT,
+    }
     iid = dk.image_id(tag)
     if iid and not force:
         labels = dk.labels(tag)

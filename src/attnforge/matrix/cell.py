@@ -7,8 +7,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from ..builder.patches import patch_scope, torch_free
-from .schema import ProfileSpec
+from attnforge.builder.patches import patch_scope, torch_free
+from attnforge.matrix.schema import ProfileSpec
 
 
 @dataclass(frozen=True)

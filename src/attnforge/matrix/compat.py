@@ -11,8 +11,8 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..errors import ConfigurationError
-from ..kernels import head_dims as kernel_head_dims
+from attnforge.core.errors import ConfigurationError
+from attnforge.core.kernels import head_dims as kernel_head_dims
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -9,8 +9,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ..errors import ConfigurationError
-from .schema import Matrix
+from attnforge.core.errors import ConfigurationError
+from attnforge.matrix.schema import Matrix
 
 DEFAULT_MATRIX = "matrix.yaml"
 

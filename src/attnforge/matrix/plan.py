@@ -7,13 +7,13 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..builder.patches import torch_free
-from ..errors import ConfigurationError, NothingToDoError
-from .cell import Cell, Toolkit
-from .compat import CompatData, parse_version
-from .lock import source_sha256
-from .rules import Problem, Verdict, check, host_compiler_problem
-from .schema import AXES, Matrix, TargetSpec
+from attnforge.builder.patches import torch_free
+from attnforge.core.errors import ConfigurationError, NothingToDoError
+from attnforge.matrix.cell import Cell, Toolkit
+from attnforge.matrix.compat import CompatData, parse_version
+from attnforge.matrix.rules import Problem, Verdict, check, host_compiler_problem
+from attnforge.matrix.schema import AXES, Matrix, TargetSpec
+from attnforge.matrix.source_lock import source_sha256
 
 Combo = dict[str, Any]
 
@@ -82,8 +82,10 @@ class Plan:
         by_layout: dict[str, set[str]] = {}
         for x in cells:
             by_layout.setdefault(self.philox.get(x.torch_family, "not recorded"), set()).add(x.torch_family)
-        layouts = ", ".join(f"{ty} in {span(fams)}" for ty, fams in sorted(by_layout.items(),
-                            key=lambda kv: min(parse_version(f) for f in kv[1])))  # fmt: skip
+        layouts = ", ".join(
+            f"{ty} in {span(fams)}"
+            for ty, fams in sorted(by_layout.items(), key=lambda kv: min(parse_version(f) for f in kv[1]))
+        )
         return (
             f"kernel units without torch (patch '{patch}'), shared by torch {torch} x Python {python}; the binding "
             f"converts each torch's Philox state to the kernels' own (offset_intragraph_: {layouts})"
@@ -287,8 +289,12 @@ def reject_same_wheel(verdicts: list[Verdict], data: CompatData | None = None) -
             continue
         name = v.cell.wheel_name
         if name in first:
-            v.problems.append(Problem("same-wheel", f"builds the same file as {first[name]} ({name}); "
-                                      "declare one Python for this profile"))  # fmt: skip
+            v.problems.append(
+                Problem(
+                    "same-wheel",
+                    f"builds the same file as {first[name]} ({name}); declare one Python for this profile",
+                )
+            )
         else:
             first[name] = v.cell.id
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from ..builder.patches import patch_exists
-from ..kernels import features as kernel_features
-from .cell import Cell, Toolkit
-from .compat import CompatData, KernelRelease, arch_number, parse_version
+from attnforge.builder.patches import patch_exists
+from attnforge.core.kernels import features as kernel_features
+from attnforge.matrix.cell import Cell, Toolkit
+from attnforge.matrix.compat import CompatData, KernelRelease, arch_number, parse_version
 
 
 @dataclass(frozen=True)
@@ -238,12 +238,21 @@ def _kernel_arches(v: Verdict, k: KernelRelease) -> None:
     if k.arches:
         other = [a for a in c.arches if a not in k.arches]
         if other:
-            _fail(v, "kernel-requirements", f"{c.kernel} {k.version} compiles only {', '.join(k.arches)}, not "
-                  f"{', '.join(other)} (sm_90a is Hopper with wgmma; sm_80 SASS also runs on sm_86/sm_89)", k.source)  # fmt: skip
+            _fail(
+                v,
+                "kernel-requirements",
+                f"{c.kernel} {k.version} compiles only {', '.join(k.arches)}, not "
+                f"{', '.join(other)} (sm_90a is Hopper with wgmma; sm_80 SASS also runs on sm_86/sm_89)",
+                k.source,
+            )
     missing = [a for a in k.required_arches if a not in c.arches]
     if missing:
-        _fail(v, "kernel-requirements", f"every {c.kernel} {k.version} wheel compiles {', '.join(missing)}: "
-              "add it to the cell's arches", k.source)  # fmt: skip
+        _fail(
+            v,
+            "kernel-requirements",
+            f"every {c.kernel} {k.version} wheel compiles {', '.join(missing)}: add it to the cell's arches",
+            k.source,
+        )
 
 
 @rule("offline-toolchain")
@@ -252,11 +261,20 @@ def _offline_toolchain(v: Verdict, data: CompatData) -> None:
     c = v.cell
     k = data.kernel_release(c.kernel, c.kernel_version)
     if k and c.toolkit.kind == "cuda" and c.toolkit.version in k.fetched_toolchain_cuda:
-        usable = [t.version for t in data.cuda if parse_version(t.version) >= parse_version(k.min_cuda)
-                  and t.version not in k.fetched_toolchain_cuda]  # fmt: skip
-        _fail(v, "offline-toolchain", f"{c.kernel} {k.version}'s setup.py builds CUDA {c.toolkit.version} with an nvcc "
-              "12.6 + ptxas 12.8 it downloads from NVIDIA at build time; attnforge builds without network "
-              f"(patch fa3-offline): use CUDA {', '.join(usable)}", k.source)  # fmt: skip
+        usable = [
+            t.version
+            for t in data.cuda
+            if parse_version(t.version) >= parse_version(k.min_cuda)
+            and t.version not in k.fetched_toolchain_cuda
+        ]
+        _fail(
+            v,
+            "offline-toolchain",
+            f"{c.kernel} {k.version}'s setup.py builds CUDA {c.toolkit.version} with an nvcc "
+            "12.6 + ptxas 12.8 it downloads from NVIDIA at build time; attnforge builds without network "
+            f"(patch fa3-offline): use CUDA {', '.join(usable)}",
+            k.source,
+        )
 
 
 @rule("stable-abi")
@@ -270,12 +288,19 @@ def _stable_abi(v: Verdict, data: CompatData) -> None:
         return  # kernel-requirements says why
     floor_py = k.abi3_python or "3.10"
     if parse_version(c.python) < parse_version(floor_py):
-        _fail(v, "stable-abi", f"{c.kernel} {k.version} wheels are cp{floor_py.replace('.', '')}-abi3: Python "
-              f"{c.python} is older", k.source)  # fmt: skip
+        _fail(
+            v,
+            "stable-abi",
+            f"{c.kernel} {k.version} wheels are cp{floor_py.replace('.', '')}-abi3: Python "
+            f"{c.python} is older",
+            k.source,
+        )
         return
     v.cell = replace(c, torch_floor=k.stable_abi_torch, abi3_python=floor_py)
-    v.notes.append(f"stable ABI: one {v.cell.wheel_tag} wheel serves torch >= {k.stable_abi_torch} and "
-                   f"Python >= {floor_py}; built here with torch {c.torch} and Python {c.python}")  # fmt: skip
+    v.notes.append(
+        f"stable ABI: one {v.cell.wheel_tag} wheel serves torch >= {k.stable_abi_torch} and "
+        f"Python >= {floor_py}; built here with torch {c.torch} and Python {c.python}"
+    )
 
 
 @rule("profile")
@@ -302,11 +327,21 @@ def _profile(v: Verdict, data: CompatData) -> None:
         bad_dt = [d for d in spec.dtypes if d not in k.dtypes]
         lacking = [d for d in k.always_dtypes if d not in spec.dtypes]
         if bad_dt:
-            _fail(v, "profile", f"profile '{c.profile}': {c.kernel} {k.version} has no {', '.join(bad_dt)} "
-                  f"kernels (dtypes: {', '.join(k.dtypes)})", k.source)  # fmt: skip
+            _fail(
+                v,
+                "profile",
+                f"profile '{c.profile}': {c.kernel} {k.version} has no {', '.join(bad_dt)} "
+                f"kernels (dtypes: {', '.join(k.dtypes)})",
+                k.source,
+            )
         if lacking:
-            _fail(v, "profile", f"profile '{c.profile}': {c.kernel} {k.version} always compiles "
-                  f"{', '.join(lacking)} (no switch turns it off): list it in dtypes", k.source)  # fmt: skip
+            _fail(
+                v,
+                "profile",
+                f"profile '{c.profile}': {c.kernel} {k.version} always compiles "
+                f"{', '.join(lacking)} (no switch turns it off): list it in dtypes",
+                k.source,
+            )
     if "sm80" in spec.disable and "sm_80" in c.arches:
         _fail(
             v, "profile", f"profile '{c.profile}' disables the sm80 path, but the cell's arches include sm_80"

@@ -7,9 +7,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..kernels import KERNELS
-from ..kernels import head_dims as kernel_head_dims
-from ..publish.destinations import Destination
+from attnforge.core.kernels import KERNELS
+from attnforge.core.kernels import head_dims as kernel_head_dims
+from attnforge.matrix.destinations import Destination
 
 SCHEMA_VERSION = 1
 
@@ -23,9 +23,22 @@ AXES = ("kernel", "toolkit", "torch", "python", "cxx11_abi", "arch", "profile", 
 # Every feature a kernel's profile may compile out (kernels.json `features`, all kernels; a unit test keeps
 # this list equal to `kernels.all_features()`); the `profile` rule checks them per kernel.
 DisableFeature = Literal[
-    "backward", "dropout", "alibi", "softcap", "uneven_k", "local",
-    "split", "pagedkv", "appendkv", "packgqa", "varlen", "cluster", "sm80", "hdimdiff64", "hdimdiff192",
-]  # fmt: skip
+    "backward",
+    "dropout",
+    "alibi",
+    "softcap",
+    "uneven_k",
+    "local",
+    "split",
+    "pagedkv",
+    "appendkv",
+    "packgqa",
+    "varlen",
+    "cluster",
+    "sm80",
+    "hdimdiff64",
+    "hdimdiff192",
+]
 Dtype = Literal["fp16", "bf16", "fp8"]  # kernels.json `dtypes` of all kernels (FA3 adds fp8, forward only)
 
 
@@ -265,11 +278,15 @@ class Matrix(Strict):
             raise ValueError(f"unknown kernel {unknown[0]!r}; supported: {', '.join(KERNELS)}")
         for name, spec in v.items():
             if name == "flash-attn-3" and spec.source.kind == "pypi-sdist":
-                raise ValueError("flash-attn-3 has no sdist on the package index: give source kind git (url, ref), "
-                                 "url or path, with subdir hopper")  # fmt: skip
+                raise ValueError(
+                    "flash-attn-3 has no sdist on the package index: give source kind git (url, ref), "
+                    "url or path, with subdir hopper"
+                )
             if name == "flash-attn-3" and not spec.source.subdir:
-                raise ValueError("flash-attn-3: source.subdir must name the folder with its setup.py (hopper); "
-                                 "setup.py finds cutlass at ../csrc/cutlass")  # fmt: skip
+                raise ValueError(
+                    "flash-attn-3: source.subdir must name the folder with its setup.py (hopper); "
+                    "setup.py finds cutlass at ../csrc/cutlass"
+                )
         return v
 
     @field_validator("profiles")

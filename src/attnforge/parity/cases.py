@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .profile import ALL_DTYPES, ALL_HEAD_DIMS, WheelProfile
+from attnforge.parity.profile import ALL_DTYPES, ALL_HEAD_DIMS, WheelProfile
 
 HEADS: dict[str, tuple[int, int]] = {"mha": (8, 8), "gqa": (8, 2), "mqa": (8, 1)}
 DROPOUT_P = 0.17

@@ -11,11 +11,11 @@ from typing import Any
 
 import torch
 
-from . import reference as R
-from .cases import Case
-from .flash import DTYPES, Inputs, _grads, _leaf, _lens, _refs, _result
-from .report import FAILED, PASSED, SKIPPED, Result
-from .tolerance import BWD_FACTOR, FWD_FACTOR, check
+from attnforge import reference as R
+from attnforge.parity.cases import Case
+from attnforge.parity.flash import DTYPES, Inputs, _grads, _leaf, _lens, _refs, _result
+from attnforge.parity.parity_report import FAILED, PASSED, SKIPPED, Result
+from attnforge.parity.tolerance import BWD_FACTOR, FWD_FACTOR, check
 
 SUITE = "flash_attn_3"
 
@@ -37,8 +37,17 @@ def run_case(fa3: Any, c: Case, device: str = "cuda", seed: int = 0) -> list[Res
         results = _expected_error(fa3, c, device, seed) if c.expect_error else _run(fa3, c, device, seed)
     except Exception as exc:  # a kernel error is a failed case, never a crashed run
         msg = str(exc).splitlines()[0] if str(exc) else ""
-        results = [Result(SUITE, c.kernel_name + ":fwd", c.dtype, c.shape, FAILED, reason=f"{type(exc).__name__}: {msg}",
-                          details={"traceback": traceback.format_exc(limit=4)})]  # fmt: skip
+        results = [
+            Result(
+                SUITE,
+                c.kernel_name + ":fwd",
+                c.dtype,
+                c.shape,
+                FAILED,
+                reason=f"{type(exc).__name__}: {msg}",
+                details={"traceback": traceback.format_exc(limit=4)},
+            )
+        ]
     for r in results:
         r.seconds = (time.perf_counter() - t0) / len(results)
     return results
@@ -74,8 +83,16 @@ def _expected_error(fa3: Any, c: Case, device: str, seed: int) -> list[Result]:
                 SUITE, name, c.dtype, c.shape, PASSED if ok else FAILED, reason=reason, details={"note": msg}
             )
         ]
-    return [Result(SUITE, name, c.dtype, c.shape, FAILED,
-                   reason=f"expected a RuntimeError containing {c.expect_error!r}; the call succeeded")]  # fmt: skip
+    return [
+        Result(
+            SUITE,
+            name,
+            c.dtype,
+            c.shape,
+            FAILED,
+            reason=f"expected a RuntimeError containing {c.expect_error!r}; the call succeeded",
+        )
+    ]
 
 
 def _run(fa3: Any, c: Case, device: str, seed: int) -> list[Result]:
@@ -95,8 +112,9 @@ def _run(fa3: Any, c: Case, device: str, seed: int) -> list[Result]:
         (qu, cu_q, max_q), (ku, cu_k, max_k) = R.unpad(inp.q, q_pad), R.unpad(inp.k, k_pad)
         vu = R.unpad(inp.v, k_pad)[0]
         qu, ku, vu = _leaf(qu, grad), _leaf(ku, grad), _leaf(vu, grad)
-        res = fa3.flash_attn_varlen_func(qu, ku, vu, cu_q, cu_k, max_q, max_k, causal=c.causal,
-                                         window_size=c.window, softcap=c.softcap)  # fmt: skip
+        res = fa3.flash_attn_varlen_func(
+            qu, ku, vu, cu_q, cu_k, max_q, max_k, causal=c.causal, window_size=c.window, softcap=c.softcap
+        )
         out_u = res[0] if isinstance(res, tuple) else res
         out = R.repad(out_u, q_pad)
         leaves = [qu, ku, vu]
@@ -114,8 +132,11 @@ def _run(fa3: Any, c: Case, device: str, seed: int) -> list[Result]:
     g = inp.g
     if c.kernel == "varlen":
         grads = _grads(out_u, leaves, R.unpad(g, bias_kw["q_pad"])[0])
-        grads = [R.repad(grads[0], bias_kw["q_pad"]), R.repad(grads[1], bias_kw["k_pad"]),
-                 R.repad(grads[2], bias_kw["k_pad"])]  # fmt: skip
+        grads = [
+            R.repad(grads[0], bias_kw["q_pad"]),
+            R.repad(grads[1], bias_kw["k_pad"]),
+            R.repad(grads[2], bias_kw["k_pad"]),
+        ]
     else:
         grads = _grads(out, leaves, g)
     g_ref, g_pt = _grads(ref[0], ref_leaves[0], g), _grads(pt[0], ref_leaves[1], g)
@@ -156,8 +177,17 @@ def _kvcache(fa3: Any, c: Case, device: str, seed: int) -> list[Result]:
     k_before, v_before = dense(k_cache), dense(v_cache)
     if c.append:
         kw.update(k=k_new, v=v_new)
-    out = fa3.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, causal=c.causal,
-                                      window_size=c.window, softcap=c.softcap, num_splits=c.splits, **kw)  # fmt: skip
+    out = fa3.flash_attn_with_kvcache(
+        q,
+        k_cache,
+        v_cache,
+        cache_seqlens=seqlens,
+        causal=c.causal,
+        window_size=c.window,
+        softcap=c.softcap,
+        num_splits=c.splits,
+        **kw,
+    )
     out = out[0] if isinstance(out, tuple) else out
     k_after, v_after = dense(k_cache), dense(v_cache)
     k_exp, v_exp = k_before.clone(), v_before.clone()
@@ -167,8 +197,20 @@ def _kvcache(fa3: Any, c: Case, device: str, seed: int) -> list[Result]:
             k_exp[i, s : s + c.sq], v_exp[i, s : s + c.sq] = k_new[i], v_new[i]
     cache_ok = bool(torch.equal(k_after, k_exp)) and bool(torch.equal(v_after, v_exp))
     k_pad = R.pad_mask_from_lens([s + (c.sq if c.append else 0) for s in lens], c.sk, device)
-    outs = [R.attention_ref(q, k_exp, v_exp, causal=c.causal, window=c.window, softcap=c.softcap, k_pad=k_pad,
-                            upcast=up, reorder_ops=not up)[0] for up in (True, False)]  # fmt: skip
+    outs = [
+        R.attention_ref(
+            q,
+            k_exp,
+            v_exp,
+            causal=c.causal,
+            window=c.window,
+            softcap=c.softcap,
+            k_pad=k_pad,
+            upcast=up,
+            reorder_ops=not up,
+        )[0]
+        for up in (True, False)
+    ]
     fwd = check("out", out, outs[0], outs[1], FWD_FACTOR)
     what = "new K/V not written into the cache" if c.append else "the cache changed in a call without new K/V"
     notes = {"cache_as_expected": cache_ok, "cache_seqlens": lens}

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..kernels import head_dims as kernel_head_dims
-from .cases import ERR_FEATURE, ERR_HEAD_DIM, HEADS, SOFTCAP, WINDOW, Case
-from .profile import WheelProfile
+from attnforge.core.kernels import head_dims as kernel_head_dims
+from attnforge.parity.cases import ERR_FEATURE, ERR_HEAD_DIM, HEADS, SOFTCAP, WINDOW, Case
+from attnforge.parity.profile import WheelProfile
 
 FA3_HEAD_DIMS: tuple[int, ...] = kernel_head_dims("flash-attn-3")
 PAGE = 128  # a page size upstream's hopper tests use

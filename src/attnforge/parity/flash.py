@@ -10,10 +10,10 @@ from typing import Any
 
 import torch
 
-from . import reference as R
-from .cases import Case
-from .report import FAILED, PASSED, SKIPPED, Result
-from .tolerance import BWD_FACTOR, FWD_FACTOR, Check, check, worst
+from attnforge import reference as R
+from attnforge.parity.cases import Case
+from attnforge.parity.parity_report import FAILED, PASSED, SKIPPED, Result
+from attnforge.parity.tolerance import BWD_FACTOR, FWD_FACTOR, Check, check, worst
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 SUITE = "flash_attn"
@@ -55,9 +55,16 @@ def _refs(
     for upcast in (True, False):
         lq, lk, lv = _leaf(q, grad), _leaf(k, grad), _leaf(v, grad)
         o, _ = R.attention_ref(
-            lq, lk, lv, causal=c.causal, window=c.window, softcap=c.softcap,
-            upcast=upcast, reorder_ops=not upcast, **kw,
-        )  # fmt: skip
+            lq,
+            lk,
+            lv,
+            causal=c.causal,
+            window=c.window,
+            softcap=c.softcap,
+            upcast=upcast,
+            reorder_ops=not upcast,
+            **kw,
+        )
         outs.append(o)
         leaves.append([lq, lk, lv])
     return [outs[0]], [outs[1]], leaves
@@ -71,11 +78,15 @@ def run_case(fa: Any, c: Case, device: str = "cuda", seed: int = 0) -> list[Resu
     except Exception as exc:  # a kernel error is a failed case, never a crashed run
         results = [
             Result(
-                SUITE, c.kernel_name + ":fwd", c.dtype, c.shape, FAILED,
+                SUITE,
+                c.kernel_name + ":fwd",
+                c.dtype,
+                c.shape,
+                FAILED,
                 reason=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                 details={"traceback": traceback.format_exc(limit=4)},
             )
-        ]  # fmt: skip
+        ]
     dt = time.perf_counter() - t0
     for r in results:
         r.seconds = dt / len(results)
@@ -94,7 +105,7 @@ def run_case_isolated(
     import sys
     from pathlib import Path
 
-    from .flash_child import PREFIX
+    from attnforge.parity.flash_child import PREFIX
 
     env = dict(os.environ)
     src = str(Path(__file__).resolve().parents[2])
@@ -127,11 +138,30 @@ def run_case_isolated(
         except ValueError:
             sig = f"signal {-p.returncode}"
         what = "instead of raising a clear error" if c.expect_error else ""
-        return [Result(suite, name, c.dtype, c.shape, FAILED, seconds=dt,
-                       reason=f"the process died with {sig} {what}".strip(),
-                       details={"stderr_tail": p.stderr[-2000:]})]  # fmt: skip
-    return [Result(suite, name, c.dtype, c.shape, FAILED, seconds=dt,
-                   reason=f"child exited {p.returncode} without a result", details={"stderr_tail": p.stderr[-2000:]})]  # fmt: skip
+        return [
+            Result(
+                suite,
+                name,
+                c.dtype,
+                c.shape,
+                FAILED,
+                seconds=dt,
+                reason=f"the process died with {sig} {what}".strip(),
+                details={"stderr_tail": p.stderr[-2000:]},
+            )
+        ]
+    return [
+        Result(
+            suite,
+            name,
+            c.dtype,
+            c.shape,
+            FAILED,
+            seconds=dt,
+            reason=f"child exited {p.returncode} without a result",
+            details={"stderr_tail": p.stderr[-2000:]},
+        )
+    ]
 
 
 def _expected_error(fa: Any, c: Case, device: str, seed: int) -> list[Result]:
@@ -141,9 +171,15 @@ def _expected_error(fa: Any, c: Case, device: str, seed: int) -> list[Result]:
     name = c.kernel_name + (":bwd" if grad else ":fwd") + ":expect-error"
     try:
         out = fa.flash_attn_func(
-            q, k, v, dropout_p=c.dropout, causal=c.causal, window_size=c.window,
-            softcap=c.softcap, alibi_slopes=inp.slopes,
-        )  # fmt: skip
+            q,
+            k,
+            v,
+            dropout_p=c.dropout,
+            causal=c.causal,
+            window_size=c.window,
+            softcap=c.softcap,
+            alibi_slopes=inp.slopes,
+        )
         if grad:
             out.backward(inp.g)
         if device == "cuda":
@@ -152,12 +188,21 @@ def _expected_error(fa: Any, c: Case, device: str, seed: int) -> list[Result]:
         msg = str(exc).splitlines()[0] if str(exc) else ""
         ok = c.expect_error is not None and c.expect_error.lower() in str(exc).lower()
         reason = f"raised as expected: {msg}" if ok else f"raised, but not the clear message: {msg}"
-        return [Result(SUITE, name, c.dtype, c.shape, PASSED if ok else FAILED, reason=reason,
-                       details={"note": msg})]  # fmt: skip
+        return [
+            Result(
+                SUITE, name, c.dtype, c.shape, PASSED if ok else FAILED, reason=reason, details={"note": msg}
+            )
+        ]
     return [
-        Result(SUITE, name, c.dtype, c.shape, FAILED,
-               reason=f"expected a RuntimeError containing {c.expect_error!r}; the call succeeded")
-    ]  # fmt: skip
+        Result(
+            SUITE,
+            name,
+            c.dtype,
+            c.shape,
+            FAILED,
+            reason=f"expected a RuntimeError containing {c.expect_error!r}; the call succeeded",
+        )
+    ]
 
 
 def _run(fa: Any, c: Case, device: str, seed: int) -> list[Result]:
@@ -174,9 +219,16 @@ def _run(fa: Any, c: Case, device: str, seed: int) -> list[Result]:
     q, k, v = _leaf(inp.q, grad), _leaf(inp.k, grad), _leaf(inp.v, grad)
     if c.kernel == "func":
         res = fa.flash_attn_func(
-            q, k, v, dropout_p=c.dropout, causal=c.causal, window_size=c.window, softcap=c.softcap,
-            alibi_slopes=inp.slopes, return_attn_probs=c.dropout > 0,
-        )  # fmt: skip
+            q,
+            k,
+            v,
+            dropout_p=c.dropout,
+            causal=c.causal,
+            window_size=c.window,
+            softcap=c.softcap,
+            alibi_slopes=inp.slopes,
+            return_attn_probs=c.dropout > 0,
+        )
         out = res[0] if c.dropout > 0 else res
         leaves = [q, k, v]
         if c.alibi:
@@ -210,8 +262,17 @@ def _run(fa: Any, c: Case, device: str, seed: int) -> list[Result]:
         vu, _, _ = R.unpad(inp.v, k_pad)
         qu, ku, vu = _leaf(qu, grad), _leaf(ku, grad), _leaf(vu, grad)
         out_u = fa.flash_attn_varlen_func(
-            qu, ku, vu, cu_q, cu_k, max_q, max_k, causal=c.causal, window_size=c.window, softcap=c.softcap,
-        )  # fmt: skip
+            qu,
+            ku,
+            vu,
+            cu_q,
+            cu_k,
+            max_q,
+            max_k,
+            causal=c.causal,
+            window_size=c.window,
+            softcap=c.softcap,
+        )
         out = R.repad(out_u, q_pad)
         leaves = [qu, ku, vu]
         bias_kw.update(q_pad=q_pad, k_pad=k_pad)
@@ -230,8 +291,11 @@ def _run(fa: Any, c: Case, device: str, seed: int) -> list[Result]:
     if c.kernel == "varlen":
         g_u, _, _ = R.unpad(g, bias_kw["q_pad"])
         grads = _grads(out_u, leaves, g_u)
-        grads = [R.repad(grads[0], bias_kw["q_pad"]), R.repad(grads[1], bias_kw["k_pad"]),
-                 R.repad(grads[2], bias_kw["k_pad"])]  # fmt: skip
+        grads = [
+            R.repad(grads[0], bias_kw["q_pad"]),
+            R.repad(grads[1], bias_kw["k_pad"]),
+            R.repad(grads[2], bias_kw["k_pad"]),
+        ]
     elif c.kernel == "qkvpacked":
         grads = list(_grads(out, leaves, g)[0].unbind(2))
     else:
@@ -276,17 +340,29 @@ def _result(
 ) -> Result:
     w = worst(checks)
     ok = all(x.ok for x in checks) and extra_ok
-    reason = "" if ok else (
-        extra_reason or f"{w.name}: max_err {w.max_err:.3g} > bound {w.bound:.3g} "
-        f"({w.factor:g} x torch {w.torch_err:.3g} + eps {w.eps:.2g})"
-    )  # fmt: skip
+    reason = (
+        ""
+        if ok
+        else (
+            extra_reason
+            or f"{w.name}: max_err {w.max_err:.3g} > bound {w.bound:.3g} "
+            f"({w.factor:g} x torch {w.torch_err:.3g} + eps {w.eps:.2g})"
+        )
+    )
     details: dict[str, Any] = {
         x.name: {"max_err": x.max_err, "torch_err": x.torch_err, "ratio": x.ratio} for x in checks
     } | notes
     return Result(
-        suite, f"{c.kernel_name}:{pass_}", c.dtype, c.shape, PASSED if ok else FAILED,
-        max_err=w.max_err, ratio_vs_torch=w.ratio, reason=reason, details=details,
-    )  # fmt: skip
+        suite,
+        f"{c.kernel_name}:{pass_}",
+        c.dtype,
+        c.shape,
+        PASSED if ok else FAILED,
+        max_err=w.max_err,
+        ratio_vs_torch=w.ratio,
+        reason=reason,
+        details=details,
+    )
 
 
 def _kvcache(fa: Any, c: Case, device: str, seed: int) -> list[Result]:
@@ -321,9 +397,17 @@ def _kvcache(fa: Any, c: Case, device: str, seed: int) -> list[Result]:
 
     k_before, v_before = dense(k_cache), dense(v_cache)
     out = fa.flash_attn_with_kvcache(
-        q, k_cache, v_cache, k=k_new, v=v_new, cache_seqlens=seqlens, causal=c.causal,
-        window_size=c.window, softcap=c.softcap, **kw,
-    )  # fmt: skip
+        q,
+        k_cache,
+        v_cache,
+        k=k_new,
+        v=v_new,
+        cache_seqlens=seqlens,
+        causal=c.causal,
+        window_size=c.window,
+        softcap=c.softcap,
+        **kw,
+    )
     k_after, v_after = dense(k_cache), dense(v_cache)
     # the expected cache: the new tokens written at cache_seqlens[i]
     k_exp, v_exp = k_before.clone(), v_before.clone()
@@ -335,9 +419,16 @@ def _kvcache(fa: Any, c: Case, device: str, seed: int) -> list[Result]:
     outs = []
     for upcast in (True, False):
         o, _ = R.attention_ref(
-            q, k_exp, v_exp, causal=c.causal, window=c.window, softcap=c.softcap, k_pad=k_pad,
-            upcast=upcast, reorder_ops=not upcast,
-        )  # fmt: skip
+            q,
+            k_exp,
+            v_exp,
+            causal=c.causal,
+            window=c.window,
+            softcap=c.softcap,
+            k_pad=k_pad,
+            upcast=upcast,
+            reorder_ops=not upcast,
+        )
         outs.append(o)
     fwd = check("out", out, outs[0], outs[1], FWD_FACTOR)
     notes = {"cache_updated_in_place": cache_ok, "cache_seqlens": seqlens.tolist()}

@@ -9,7 +9,7 @@ import faulthandler
 import json
 import sys
 
-from .cases import Case
+from attnforge.parity.cases import Case
 
 PREFIX = "@@parity-child "
 
@@ -27,20 +27,30 @@ def main(argv: list[str] | None = None) -> int:
     if case.impl == "fa3":
         import flash_attn_interface
 
-        from .fa3 import run_case as run_fa3
+        from attnforge.parity.fa3 import run_case as run_fa3
 
         results = run_fa3(flash_attn_interface, case, device=device, seed=seed)
     else:
         import flash_attn
 
-        from .flash import run_case
+        from attnforge.parity.flash import run_case
 
         results = run_case(flash_attn, case, device=device, seed=seed)
     out = []
     for r in results:
-        out.append({"suite": r.suite, "kernel": r.kernel, "dtype": r.dtype, "shape": r.shape, "status": r.status,
-                    "max_err": r.max_err, "ratio_vs_torch": r.ratio_vs_torch, "reason": r.reason,
-                    "details": r.details})  # fmt: skip
+        out.append(
+            {
+                "suite": r.suite,
+                "kernel": r.kernel,
+                "dtype": r.dtype,
+                "shape": r.shape,
+                "status": r.status,
+                "max_err": r.max_err,
+                "ratio_vs_torch": r.ratio_vs_torch,
+                "reason": r.reason,
+                "details": r.details,
+            }
+        )
     print(PREFIX + json.dumps(out, default=str), flush=True)
     return 0
 

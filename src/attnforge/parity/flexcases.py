@@ -12,30 +12,61 @@ from typing import Any
 
 import torch
 
-from ..flex.runtime import mods
-from . import reference as R
-from .report import FAILED, PASSED, Result
-from .tolerance import BWD_FACTOR, FWD_FACTOR, check, worst
+from attnforge import reference as R
+from attnforge.flex.runtime import mods
+from attnforge.parity.parity_report import FAILED, PASSED, Result
+from attnforge.parity.tolerance import BWD_FACTOR, FWD_FACTOR, check, worst
 
 SUITE = "flex"
 
 
 def parity_variants(seq_len: int = 1021, dtypes: tuple[str, ...] = ("bf16", "fp16")) -> list[dict[str, Any]]:
     """The Flex cases of the GPU suite (odd sequence length on purpose)."""
-    base = {"seq_len": seq_len, "batch": 2, "heads_q": 8, "heads_kv": 8, "head_dim": 128, "score_mod": "none",
-            "dynamic": False, "backward": True, "mode": "default", "device": "cuda"}  # fmt: skip
+    base = {
+        "seq_len": seq_len,
+        "batch": 2,
+        "heads_q": 8,
+        "heads_kv": 8,
+        "head_dim": 128,
+        "score_mod": "none",
+        "dynamic": False,
+        "backward": True,
+        "mode": "default",
+        "device": "cuda",
+    }
     out: list[dict[str, Any]] = []
     for dt in dtypes:
         out += [
             base | {"name": f"causal-{dt}", "mask": "causal", "dtype": dt},
-            base | {"name": f"swa-gqa-{dt}", "mask": "sliding_window", "window": 128, "heads_kv": 2,
-                    "head_dim": 64, "dtype": dt},
+            base
+            | {
+                "name": f"swa-gqa-{dt}",
+                "mask": "sliding_window",
+                "window": 128,
+                "heads_kv": 2,
+                "head_dim": 64,
+                "dtype": dt,
+            },
             base | {"name": f"document-{dt}", "mask": "document", "dtype": dt},
-            base | {"name": f"prefix-alibi-{dt}", "mask": "prefix_lm", "prefix": 300, "score_mod": "alibi",
-                    "head_dim": 64, "dtype": dt},
-            base | {"name": f"full-softcap-gqa-{dt}", "mask": "full", "score_mod": "softcap", "softcap": 30.0,
-                    "heads_kv": 2, "dtype": dt},
-        ]  # fmt: skip
+            base
+            | {
+                "name": f"prefix-alibi-{dt}",
+                "mask": "prefix_lm",
+                "prefix": 300,
+                "score_mod": "alibi",
+                "head_dim": 64,
+                "dtype": dt,
+            },
+            base
+            | {
+                "name": f"full-softcap-gqa-{dt}",
+                "mask": "full",
+                "score_mod": "softcap",
+                "softcap": 30.0,
+                "heads_kv": 2,
+                "dtype": dt,
+            },
+        ]
     return out
 
 
@@ -68,9 +99,17 @@ def run_variant(
         res = _run(v, device, compiled, bwd, name)
     except Exception as exc:
         msg = str(exc).strip().splitlines()
-        res = [Result(SUITE, name + ":fwd", v["dtype"], shape_of(v), FAILED,
-                      reason=f"{type(exc).__name__}: {msg[0] if msg else ''}",
-                      details={"traceback": traceback.format_exc(limit=4)})]  # fmt: skip
+        res = [
+            Result(
+                SUITE,
+                name + ":fwd",
+                v["dtype"],
+                shape_of(v),
+                FAILED,
+                reason=f"{type(exc).__name__}: {msg[0] if msg else ''}",
+                details={"traceback": traceback.format_exc(limit=4)},
+            )
+        ]
     for r in res:
         r.seconds = (time.perf_counter() - t0) / len(res)
     return res
@@ -112,5 +151,14 @@ def _result(kernel: str, v: dict[str, Any], checks: list[Any]) -> Result:
     ok = all(c.ok for c in checks)
     reason = "" if ok else f"{w.name}: max_err {w.max_err:.3g} > bound {w.bound:.3g}"
     details = {c.name: {"max_err": c.max_err, "torch_err": c.torch_err, "ratio": c.ratio} for c in checks}
-    return Result(SUITE, kernel, v["dtype"], shape_of(v), PASSED if ok else FAILED, max_err=w.max_err,
-                  ratio_vs_torch=w.ratio, reason=reason, details=details)  # fmt: skip
+    return Result(
+        SUITE,
+        kernel,
+        v["dtype"],
+        shape_of(v),
+        PASSED if ok else FAILED,
+        max_err=w.max_err,
+        ratio_vs_torch=w.ratio,
+        reason=reason,
+        details=details,
+    )

@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from .profile import WheelProfile
-from .report import FAILED, PASSED, SKIPPED, Result
-from .tolerance import BWD_FACTOR, FWD_FACTOR, Check, max_abs_err, rel_l2_err
+from attnforge.parity.parity_report import FAILED, PASSED, SKIPPED, Result
+from attnforge.parity.profile import WheelProfile
+from attnforge.parity.tolerance import BWD_FACTOR, FWD_FACTOR, Check, max_abs_err, rel_l2_err
 
 SUITE = "hf"
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -65,9 +65,16 @@ def run(profile: WheelProfile, device: str = "cuda") -> list[Result]:
     d = 128 if 128 in profile.head_dims else profile.head_dims[0]
     dt_name = "bf16" if "bf16" in profile.dtypes else profile.dtypes[0]
     heads, kv_heads, layers, seq, batch = 8, 2, 2, 257, 3
-    cfg = LlamaConfig(vocab_size=1024, hidden_size=heads * d, intermediate_size=2 * heads * d,
-                      num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                      head_dim=d, max_position_embeddings=1024)  # fmt: skip
+    cfg = LlamaConfig(
+        vocab_size=1024,
+        hidden_size=heads * d,
+        intermediate_size=2 * heads * d,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=d,
+        max_position_embeddings=1024,
+    )
     shape = (
         f"llama L{layers} b{batch} s{seq} h{heads}/{kv_heads} d{d} (transformers {transformers.__version__})"
     )
@@ -90,15 +97,26 @@ def run(profile: WheelProfile, device: str = "cuda") -> list[Result]:
             entry: dict[str, Any] = {"logits": res.logits.detach().float(), "loss": float(res.loss)}
             if profile.backward or impl != "flash_attention_2":
                 res.loss.backward()
-                entry["grads"] = {n: p.grad.detach().float() for n, p in m.named_parameters()
-                                  if p.grad is not None and ("q_proj" in n or "embed" in n)}  # fmt: skip
+                entry["grads"] = {
+                    n: p.grad.detach().float()
+                    for n, p in m.named_parameters()
+                    if p.grad is not None and ("q_proj" in n or "embed" in n)
+                }
             outs[key] = entry
             del m
     except Exception as exc:
         msg = str(exc).strip().splitlines()
-        return [Result(SUITE, "transformers[flash_attention_2]", dt_name, shape, FAILED,
-                       reason=f"{type(exc).__name__}: {msg[0] if msg else ''}",
-                       details={"traceback": traceback.format_exc(limit=5)})]  # fmt: skip
+        return [
+            Result(
+                SUITE,
+                "transformers[flash_attention_2]",
+                dt_name,
+                shape,
+                FAILED,
+                reason=f"{type(exc).__name__}: {msg[0] if msg else ''}",
+                details={"traceback": traceback.format_exc(limit=5)},
+            )
+        ]
     valid = (mask == 1).view(batch, seq, 1)
     ref, lp, sd, fa = outs["fp32"], outs["eager"], outs["sdpa"], outs["flash_attention_2"]
     lg = Check(
@@ -109,28 +127,55 @@ def run(profile: WheelProfile, device: str = "cuda") -> list[Result]:
         FWD_FACTOR,
     )
     seconds = time.perf_counter() - t0
-    notes = {"loss": {k: v["loss"] for k, v in outs.items()},
-             "sdpa_logits_err": max_abs_err(sd["logits"] * valid, ref["logits"] * valid)}  # fmt: skip
+    notes = {
+        "loss": {k: v["loss"] for k, v in outs.items()},
+        "sdpa_logits_err": max_abs_err(sd["logits"] * valid, ref["logits"] * valid),
+    }
     results = [_res(f"{CASE}:logits", dt_name, shape, [lg], seconds, notes)]
     if "grads" not in fa:
-        results.append(Result(SUITE, f"{CASE}:backward", dt_name, shape, SKIPPED,
-                              reason=f"profile '{profile.name}' was built without backward"))  # fmt: skip
+        results.append(
+            Result(
+                SUITE,
+                f"{CASE}:backward",
+                dt_name,
+                shape,
+                SKIPPED,
+                reason=f"profile '{profile.name}' was built without backward",
+            )
+        )
         return results
     # Gradients of whole parameters (embedding rows sum many positions' contributions through both layers):
     # judged on the relative L2 error, with upstream's gradient factor; max |err| is recorded beside it.
     checks = [
-        Check(n, rel_l2_err(fa["grads"][n], ref["grads"][n]), rel_l2_err(lp["grads"][n], ref["grads"][n]),
-              REL_EPS, BWD_FACTOR)
+        Check(
+            n,
+            rel_l2_err(fa["grads"][n], ref["grads"][n]),
+            rel_l2_err(lp["grads"][n], ref["grads"][n]),
+            REL_EPS,
+            BWD_FACTOR,
+        )
         for n in sorted(ref["grads"])
-    ]  # fmt: skip
+    ]
     per_param = {
-        n: {impl: {"rel_l2": rel_l2_err(o["grads"][n], ref["grads"][n]),
-                   "max_abs": max_abs_err(o["grads"][n], ref["grads"][n])}
-            for impl, o in (("flash_attention_2", fa), ("eager", lp), ("sdpa", sd))}
+        n: {
+            impl: {
+                "rel_l2": rel_l2_err(o["grads"][n], ref["grads"][n]),
+                "max_abs": max_abs_err(o["grads"][n], ref["grads"][n]),
+            }
+            for impl, o in (("flash_attention_2", fa), ("eager", lp), ("sdpa", sd))
+        }
         for n in sorted(ref["grads"])
-    }  # fmt: skip
-    results.append(_res(f"{CASE}:backward", dt_name, shape, checks, 0.0,
-                        {"metric": "relative L2 error vs the fp32 eager model", "grads": per_param}))  # fmt: skip
+    }
+    results.append(
+        _res(
+            f"{CASE}:backward",
+            dt_name,
+            shape,
+            checks,
+            0.0,
+            {"metric": "relative L2 error vs the fp32 eager model", "grads": per_param},
+        )
+    )
     return results
 
 
@@ -139,6 +184,15 @@ def _res(
 ) -> Result:
     w = max(checks, key=lambda c: (not c.ok, c.ratio))
     ok = all(c.ok for c in checks)
-    return Result(SUITE, kernel, dt, shape, PASSED if ok else FAILED, max_err=w.max_err, ratio_vs_torch=w.ratio,
-                  seconds=seconds, reason="" if ok else f"{w.name}: FA2 err {w.max_err:.3g} vs eager {w.torch_err:.3g}",
-                  details={"worst": w.name, "eager_err": w.torch_err} | notes)  # fmt: skip
+    return Result(
+        SUITE,
+        kernel,
+        dt,
+        shape,
+        PASSED if ok else FAILED,
+        max_err=w.max_err,
+        ratio_vs_torch=w.ratio,
+        seconds=seconds,
+        reason="" if ok else f"{w.name}: FA2 err {w.max_err:.3g} vs eager {w.torch_err:.3g}",
+        details={"worst": w.name, "eager_err": w.torch_err} | notes,
+    )

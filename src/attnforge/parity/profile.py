@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..kernels import dtypes, features, head_dims
+from attnforge.core.kernels import dtypes, features, head_dims
 
 ALL_HEAD_DIMS: tuple[int, ...] = head_dims("flash-attn")
 ALL_DTYPES: tuple[str, ...] = dtypes("flash-attn")
@@ -113,8 +113,13 @@ def from_local_version(
                 source=f"local version tag {tag!r} in matrix.yaml",
                 kernel=kernel,
             )
-    return WheelProfile(name=tag, head_dims=head_dims(kernel), dtypes=dtypes(kernel), kernel=kernel,
-                        source=f"local version tag {tag!r} (unknown to matrix.yaml: assumed full)")  # fmt: skip
+    return WheelProfile(
+        name=tag,
+        head_dims=head_dims(kernel),
+        dtypes=dtypes(kernel),
+        kernel=kernel,
+        source=f"local version tag {tag!r} (unknown to matrix.yaml: assumed full)",
+    )
 
 
 def matrix_profiles(path: Path) -> dict[str, dict[str, Any]]:

@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from . import reference as R
-from .report import FAILED, PASSED, SKIPPED, Result
-from .tolerance import BWD_FACTOR, FWD_FACTOR, check, worst
+from attnforge import reference as R
+from attnforge.parity.parity_report import FAILED, PASSED, SKIPPED, Result
+from attnforge.parity.tolerance import BWD_FACTOR, FWD_FACTOR, check, worst
 
 SUITE = "sdpa"
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -58,8 +58,16 @@ def run_one(
             grads = torch.autograd.grad(o, (q, k, v), go)
     except RuntimeError as exc:
         msg = str(exc).strip().splitlines()
-        return [Result(SUITE, kernel + ":fwd", dtype, sh, SKIPPED,
-                       reason=f"backend unavailable here: {msg[0] if msg else ''}")]  # fmt: skip
+        return [
+            Result(
+                SUITE,
+                kernel + ":fwd",
+                dtype,
+                sh,
+                SKIPPED,
+                reason=f"backend unavailable here: {msg[0] if msg else ''}",
+            )
+        ]
     refs, leaves = [], []
     for upcast in (True, False):
         lq, lk, lv = (t.detach().transpose(1, 2).clone().requires_grad_(True) for t in (q, k, v))
@@ -78,7 +86,17 @@ def run_one(
     for pass_, checks in (("fwd", [fwd]), ("bwd", bwd)):
         w = worst(checks)
         ok = all(c.ok for c in checks)
-        res.append(Result(SUITE, f"{kernel}:{pass_}", dtype, sh, PASSED if ok else FAILED, max_err=w.max_err,
-                          ratio_vs_torch=w.ratio, seconds=dt,
-                          reason="" if ok else f"{w.name}: max_err {w.max_err:.3g} > bound {w.bound:.3g}"))  # fmt: skip
+        res.append(
+            Result(
+                SUITE,
+                f"{kernel}:{pass_}",
+                dtype,
+                sh,
+                PASSED if ok else FAILED,
+                max_err=w.max_err,
+                ratio_vs_torch=w.ratio,
+                seconds=dt,
+                reason="" if ok else f"{w.name}: max_err {w.max_err:.3g} > bound {w.bound:.3g}",
+            )
+        )
     return res

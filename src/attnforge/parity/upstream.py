@@ -22,9 +22,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..builder.knobs import fa3_switches
-from .profile import WheelProfile
-from .report import FAILED, PASSED, SKIPPED, Result
+from attnforge.builder.knobs import fa3_switches
+from attnforge.parity.parity_report import FAILED, PASSED, SKIPPED, Result
+from attnforge.parity.profile import WheelProfile
 
 SUITE = "fa3_upstream"
 FILES = ("test_flash_attn.py", "test_util.py", "padding.py")
@@ -118,8 +118,15 @@ def sample_env(p: WheelProfile, n: int, seed: int, summary: Path) -> dict[str, s
     nums = ["80", "90a"] if p.has("sm80") else ["90a"]
     off = set(fa3_switches(sorted(p.disabled - {"sm80"}), list(p.head_dims), list(p.dtypes), nums))
     env = {f"FLASH_ATTENTION_DISABLE_{s}": "TRUE" for s in off}
-    spec = {"tests": list(TESTS), "head_dims": list(p.head_dims), "disabled": sorted(p.disabled), "n": n,
-            "seed": seed, "summary": str(summary), "excluded": EXCLUDED}  # fmt: skip
+    spec = {
+        "tests": list(TESTS),
+        "head_dims": list(p.head_dims),
+        "disabled": sorted(p.disabled),
+        "n": n,
+        "seed": seed,
+        "summary": str(summary),
+        "excluded": EXCLUDED,
+    }
     env["ATTNFORGE_FA3_SAMPLE"] = json.dumps(spec)
     env["COLUMNS"] = "400"  # pytest cuts the short failure summary to the terminal width
     return env
@@ -144,8 +151,9 @@ def excluded_name(x: dict[str, Any]) -> str:
     return f"{x['test']}[{','.join(f'{k}={v}' for k, v in x['params'].items())}]"
 
 
-def to_results(outcomes: dict[str, str], reasons: dict[str, str], summary: dict[str, Any], seed: int,
-               timed_out: bool) -> list[Result]:  # fmt: skip
+def to_results(
+    outcomes: dict[str, str], reasons: dict[str, str], summary: dict[str, Any], seed: int, timed_out: bool
+) -> list[Result]:
     """One result per sampled test and one naming the sample: failed when a test failed or none ran; a run cut
     short by the time budget says how many of the sample ran."""
     out = []
@@ -154,9 +162,13 @@ def to_results(outcomes: dict[str, str], reasons: dict[str, str], summary: dict[
         out.append(Result(SUITE, f"upstream-sample:{node}", "-", "-", status, reason=reasons.get(node, "")))
     ran = sum(1 for r in out if r.status != SKIPPED)
     bad = sum(1 for r in out if r.status == FAILED)
-    name = (f"upstream hopper/test_flash_attn.py: sampled {summary.get('sampled', 0)} of "
-            f"{summary.get('eligible', 0)} eligible ({summary.get('collected', 0)} collected) tests, seed {seed}"
-            + "".join(f"; never sampled: {excluded_name(x)} ({x['reason']})" for x in summary.get("excluded") or []))  # fmt: skip
+    name = (
+        f"upstream hopper/test_flash_attn.py: sampled {summary.get('sampled', 0)} of "
+        f"{summary.get('eligible', 0)} eligible ({summary.get('collected', 0)} collected) tests, seed {seed}"
+        + "".join(
+            f"; never sampled: {excluded_name(x)} ({x['reason']})" for x in summary.get("excluded") or []
+        )
+    )
     why = "" if bad == 0 and ran else (f"{bad} failed" if bad else "no sampled test ran")
     status = PASSED if not why else FAILED
     if timed_out:
@@ -164,16 +176,25 @@ def to_results(outcomes: dict[str, str], reasons: dict[str, str], summary: dict[
     return [*out, Result(SUITE, name, "-", "-", status, reason=why, details={"sample": summary})]
 
 
-def run(p: WheelProfile, source: Path, python: str = sys.executable, n: int = 120, seed: int = 0,
-        budget_s: float = 300.0) -> list[Result]:  # fmt: skip
+def run(
+    p: WheelProfile,
+    source: Path,
+    python: str = sys.executable,
+    n: int = 120,
+    seed: int = 0,
+    budget_s: float = 300.0,
+) -> list[Result]:
     """Run a sample of upstream's tests with ``python`` (the venv holding the wheel)."""
     with tempfile.TemporaryDirectory(prefix="fa3-upstream-") as tmp:
         work = extract(source, Path(tmp) / "tests")
         (work / "conftest.py").write_text(PLUGIN, encoding="utf-8")
         summary_path = Path(tmp) / "sample.json"
         inherited = os.environ.get("PYTHONPATH", "")
-        env = {**os.environ, **sample_env(p, n, seed, summary_path),
-               "PYTHONPATH": os.pathsep.join(x for x in (str(work), inherited) if x)}  # fmt: skip
+        env = {
+            **os.environ,
+            **sample_env(p, n, seed, summary_path),
+            "PYTHONPATH": os.pathsep.join(x for x in (str(work), inherited) if x),
+        }
         cmd = [
             python,
             "-m",
@@ -204,8 +225,15 @@ def no_test_ran(p: WheelProfile, summary: dict[str, Any], text: str) -> Result:
     profile (every one needs a head dim or feature it leaves out); else failed (collection broke)."""
     name = "upstream hopper/test_flash_attn.py"
     if summary.get("collected") and summary.get("eligible") == 0:
-        return Result(SUITE, name, "-", "-", SKIPPED, details={"sample": summary},
-                      reason=f"none of the {summary['collected']} upstream tests fits profile '{p.name}' "
-                      "(each needs a head dim or feature it leaves out)")  # fmt: skip
+        return Result(
+            SUITE,
+            name,
+            "-",
+            "-",
+            SKIPPED,
+            details={"sample": summary},
+            reason=f"none of the {summary['collected']} upstream tests fits profile '{p.name}' "
+            "(each needs a head dim or feature it leaves out)",
+        )
     tail = text.strip().splitlines()[-5:]
     return Result(SUITE, name, "-", "-", FAILED, reason="pytest ran no test: " + " | ".join(tail))

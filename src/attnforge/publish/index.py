@@ -39,8 +39,8 @@ from urllib.parse import quote
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from ..errors import ConfigurationError, PublishError
-from ..wheels.manifest import dumps
+from attnforge.core.errors import ConfigurationError, PublishError
+from attnforge.wheels.manifest import dumps
 
 MARKER = "attnforge-index.json"
 ALL = "all"
@@ -285,8 +285,10 @@ def root_pages(projects: Sequence[str]) -> tuple[bytes, bytes]:
 
 
 def landing_page(variants: Sequence[str]) -> bytes:
-    body = ["<p>pip install flash-attn (or flash-attn-3) --index-url &lt;this URL&gt;/&lt;variant&gt;/simple</p>",
-            "<ul>"]  # fmt: skip
+    body = [
+        "<p>pip install flash-attn (or flash-attn-3) --index-url &lt;this URL&gt;/&lt;variant&gt;/simple</p>",
+        "<ul>",
+    ]
     body += [
         f'  <li><a href="{quote(v)}/simple/">{html.escape(v)}</a></li>' for v in [ALL, *sorted(variants)]
     ]

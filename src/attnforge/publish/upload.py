@@ -17,10 +17,10 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from ..errors import EnvironmentProblem, PublishError
-from ..wheels.wheelio import read_wheel
-from .destinations import Credentials, redact
-from .index import Bundle, PublishReport, check_conflicts
+from attnforge.core.errors import EnvironmentProblem, PublishError
+from attnforge.matrix.destinations import Credentials, redact
+from attnforge.publish.index import Bundle, PublishReport, check_conflicts
+from attnforge.wheels.wheelio import read_wheel
 
 Log = Callable[[str], None]
 

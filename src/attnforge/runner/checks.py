@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..engine.resources import JobMemoryTable, Parallelism, choose_parallelism
-from ..matrix.cell import Cell
-from ..matrix.compat import CompatData
-from .arches import arch_label, arch_runs_on, cuda_label
-from .gpus import Discovery, Gpu
-from .host import Host
+from attnforge.core.arches import arch_label, arch_runs_on, cuda_label
+from attnforge.engine.resources import JobMemoryTable, Parallelism, choose_parallelism
+from attnforge.matrix.cell import Cell
+from attnforge.matrix.compat import CompatData
+from attnforge.runner.gpus import Discovery, Gpu
+from attnforge.runner.host import Host
 
 
 @dataclass
@@ -59,7 +59,7 @@ class CheckOptions:
     pythons: list[str] = field(default_factory=list)
     reserve_memory_gb: float = 2.0
     matrix_note: str = ""  # why there are no cells (no matrix), if so
-    cxx_probe: bool = False  # compile and run the C++ exception probe (about a minute; runner/compiler.py)
+    cxx_probe: bool = False  # compile and run the C++ exception probe (about a minute; runner/compiler_check.py)
 
 
 def driver_tuple(version: str) -> tuple[int, ...]:
@@ -266,8 +266,21 @@ def check_docker(host: Host, found: Discovery, opts: CheckOptions) -> list[Check
         checks.append(Check("gpu-container-runtime", level, detail, opts.require_docker))
         return checks
     if found.vendor == "amd":
-        argv = [docker, "run", "--rm", "--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video",
-                "--security-opt", "seccomp=unconfined", opts.docker_image, "rocminfo"]  # fmt: skip
+        argv = [
+            docker,
+            "run",
+            "--rm",
+            "--device",
+            "/dev/kfd",
+            "--device",
+            "/dev/dri",
+            "--group-add",
+            "video",
+            "--security-opt",
+            "seccomp=unconfined",
+            opts.docker_image,
+            "rocminfo",
+        ]
         needle = re.compile(r"gfx[0-9a-f]+")
     else:
         argv = [docker, "run", "--rm", "--gpus", "all", opts.docker_image, "nvidia-smi", "-L"]

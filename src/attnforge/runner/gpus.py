@@ -18,8 +18,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .arches import normalize_gfx, sm_of_compute_cap
-from .host import Host
+from attnforge.core.arches import normalize_gfx, sm_of_compute_cap
+from attnforge.runner.host import Host
 
 NVIDIA_QUERY = [
     "nvidia-smi",

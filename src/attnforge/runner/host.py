@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..engine.resources import Machine, detect_machine
-from ..errors import ConfigurationError
+from attnforge.core.errors import ConfigurationError
+from attnforge.engine.resources import Machine, detect_machine
 
 NOT_FOUND = 127
 TIMED_OUT = 124

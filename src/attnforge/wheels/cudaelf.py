@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import EnvironmentProblem
+from attnforge.core.errors import EnvironmentProblem
 
 CUOBJDUMP_WHEEL = "nvidia-cuda-cuobjdump==13.2.86"
 _ELF_RE = re.compile(r"^ELF file\s+\d+:\s+(\S+)$", re.MULTILINE)
@@ -57,10 +57,22 @@ def find_cuobjdump(tools_dir: Path | None = None) -> str:
     found = sorted(target.glob("nvidia/*/bin/cuobjdump"))
     if not found:
         proc = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--only-binary=:all:",
-             "--target", str(target), CUOBJDUMP_WHEEL],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--target",
+                str(target),
+                CUOBJDUMP_WHEEL,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         found = sorted(target.glob("nvidia/*/bin/cuobjdump"))
         if proc.returncode != 0 or not found:
             raise EnvironmentProblem(f"cannot install {CUOBJDUMP_WHEEL} into {target}: {proc.stderr[-500:]}")

@@ -35,12 +35,12 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from ..builder.files import sha256_file
-from ..builder.importcheck import NATIVE_SUFFIXES
-from ..errors import BuildError, EnvironmentProblem
-from .manifest import manifest_path_for, read_manifest, write_manifest
-from .naming import TORCH_PROJECT, WheelNames, expected_names, parse_local
-from .wheelio import Member, WheelContents, read_wheel, source_date_epoch, write_wheel
+from attnforge.builder.files import sha256_file
+from attnforge.builder.importcheck import NATIVE_SUFFIXES
+from attnforge.core.errors import BuildError, EnvironmentProblem
+from attnforge.wheels.manifest import manifest_path_for, read_manifest, write_manifest
+from attnforge.wheels.naming import TORCH_PROJECT, WheelNames, expected_names, parse_local
+from attnforge.wheels.wheelio import Member, WheelContents, read_wheel, source_date_epoch, write_wheel
 
 BUILD_RECORD = "attnforge_build.json"
 

@@ -1,7 +1,7 @@
 """The manifest beside each wheel (`<wheel file>.manifest.json`, docs/contracts.md): the one module that
 makes, reads and writes it.
 
-The build engine makes it (`build_manifest`, with `manifest_inputs` of the cell), finalize completes it
+The build engine makes it (`engine.wheel_record.build_manifest`, with `manifest_inputs` of the cell), finalize completes it
 (name, digest, platform tag), the GPU parity run adds `parity` (`record_parity`), publish checks it against
 the wheel (`check_matches_wheel`). Reads validate the keys attnforge relies on; writes keep every other key
 as found and replace the file atomically.
@@ -12,17 +12,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..builder.files import atomic_write_bytes, sha256_file
-from ..errors import BuildError, PublishError
-from ..kernels import head_dims as kernel_head_dims
-from ..matrix.cell import Cell
-
-if TYPE_CHECKING:
-    from ..engine.jobs import CellJob
+from attnforge.builder.files import atomic_write_bytes, sha256_file
+from attnforge.core.errors import BuildError, PublishError
+from attnforge.core.kernels import head_dims as kernel_head_dims
+from attnforge.matrix.cell import Cell
 
 MANIFEST_SUFFIX = ".manifest.json"
 SCHEMA = 1
@@ -176,59 +173,6 @@ def manifest_inputs(cell: Cell, *, for_image: bool = False) -> dict[str, Any]:
     return inputs
 
 
-def build_manifest(cell: Cell, wheel: Path, result: dict[str, Any], job: CellJob, backend: str,
-                   seconds: float) -> dict[str, Any]:  # fmt: skip
-    """Inputs, toolchain and build facts; finalize adds the final name, digest and platform tag."""
-    spec = job.spec
-    manifest: dict[str, Any] = {
-        "schema": SCHEMA,
-        "cell_id": cell.id,
-        "variant": cell.variant,
-        "local_version": cell.local_version,
-        "kernel": cell.kernel,
-        "kernel_version": cell.kernel_version,
-        "wheel": wheel.name,
-        "sha256": sha256_file(wheel),
-        "size": wheel.stat().st_size,
-        "inputs": manifest_inputs(cell),
-        "kernel_set_key": cell.kernel_set_key,
-        "input_hash": job.input_hash,
-        "toolchain": result.get("toolchain", {}),
-        "build": {
-            "backend": backend,
-            "image": result.get("image"),
-            "base": result.get("base"),
-            "torch_build": result.get("torch_build"),
-            "started": (dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=seconds)).isoformat(),
-            "wall_s": round(seconds, 1),
-            "builder_wall_s": result.get("wall_s"),
-            "max_jobs": spec.max_jobs,
-            "nvcc_threads": spec.nvcc_threads,
-            "peak_rss_gb": result.get("peak_rss_gb"),
-            "units_total": result.get("units_total"),
-            "units_compiled": result.get("units_compiled"),
-            "units_reused": result.get("units_reused"),
-            "cores": result.get("cores"),
-            "compile_s": (result.get("stages") or {}).get("compile"),
-            "kernel_objects_reused": (result.get("kernel_objects") or {}).get("reused"),
-            "unit_times": result.get("unit_times") or {},
-            "oom_retries": result.get("oom_retries", 0),
-            "jobs_before": result.get("jobs_before"),
-            "jobs_after": result.get("jobs_after"),
-        },
-        "platform_tag": None,
-        "parity": None,
-    }
-    if cell.toolkit.kind == "rocm":  # the ROCm backend names the wheel's tag (py3-none-any for Triton)
-        from ..rocm.backends import plan_rocm_build
-
-        plan = plan_rocm_build(cell)
-        manifest["inputs"]["rocm_backend"] = plan.backend
-        manifest["rocm"] = {**plan.manifest_fields(), "build_torch": result.get("torch_build"),
-                            "import_env": dict(plan.import_env)}  # fmt: skip
-    return manifest
-
-
 # ---------------------------------------------------------------------------------------------- parity
 
 
@@ -237,8 +181,12 @@ def record_parity(
 ) -> dict[str, Any]:
     """Set `parity: {passed, device, report, date}` in `manifest` (every other key kept); the new manifest."""
     data = read_manifest(manifest)
-    data["parity"] = {"passed": bool(passed), "device": device, "report": report,
-                      "date": date or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}  # fmt: skip
+    data["parity"] = {
+        "passed": bool(passed),
+        "device": device,
+        "report": report,
+        "date": date or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
     write_manifest(manifest, data)
     return data
 

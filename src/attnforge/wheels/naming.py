@@ -14,9 +14,9 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from ..errors import BuildError
-from ..matrix.cell import Cell, Toolkit
-from ..matrix.schema import ProfileSpec
+from attnforge.core.errors import BuildError
+from attnforge.matrix.cell import Cell, Toolkit
+from attnforge.matrix.schema import ProfileSpec
 
 PROJECT = "flash-attn"
 TORCH_PROJECT = "torch"
@@ -94,10 +94,13 @@ def parse_local(local: str) -> LocalParts | None:
     st = STABLE_LOCAL_RE.match(local)
     if st:
         return LocalParts(
-            accel=st["accel"].lower(), torch_family=st["torch"], cxx11_abi=True,
+            accel=st["accel"].lower(),
+            torch_family=st["torch"],
+            cxx11_abi=True,
             profile_tag=st["tag"].lower() if st["tag"] else None,
-            arches=tuple(re.findall(r"sm\d{2,3}[af]?", st["arches"].lower())), stable_abi=True,
-        )  # fmt: skip
+            arches=tuple(re.findall(r"sm\d{2,3}[af]?", st["arches"].lower())),
+            stable_abi=True,
+        )
     m = LOCAL_RE.match(local)
     if not m:
         return None

@@ -23,7 +23,7 @@ from email.parser import BytesParser
 from pathlib import Path
 from typing import Any
 
-from ..errors import BuildError, EnvironmentProblem
+from attnforge.core.errors import BuildError, EnvironmentProblem
 
 ZIP_EPOCH = 315532800  # 1980-01-01T00:00:00Z, the earliest time a zip entry can hold
 

@@ -236,8 +236,10 @@ class _Guarded:
         self.pre = pre
         self.used: str | None = None  # what the last call ran: "aoti", "precompiled", "compile" or "eager"
         s = spec
-        self.shape = ((int(s.get("batch", 1)), int(s["heads_q"]), int(s["seq_len"]), int(s["head_dim"])),
-                      (int(s.get("batch", 1)), int(s["heads_kv"]), int(s["seq_len"]), int(s["head_dim"])))  # fmt: skip
+        self.shape = (
+            (int(s.get("batch", 1)), int(s["heads_q"]), int(s["seq_len"]), int(s["head_dim"])),
+            (int(s.get("batch", 1)), int(s["heads_kv"]), int(s["seq_len"]), int(s["head_dim"])),
+        )
 
     def _fits_package(self, q: Any, k: Any, v: Any) -> bool:
         """The package's exact inputs: shapes, dtype, device, contiguous; gradients only for a fwd+bwd pair."""
@@ -272,8 +274,10 @@ class _Guarded:
                 pass  # other shapes/dtypes: torch.compile as usual (its caches may still hit)
             except Exception as exc:  # a loaded function that cannot run here: never again, compile instead
                 self.pre = None
-                _warn_once(f"variant {self.spec['name']}: precompiled function failed "
-                           f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")  # fmt: skip
+                _warn_once(
+                    f"variant {self.spec['name']}: precompiled function failed "
+                    f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+                )
         if self.eager is None:
             want = str(self.spec.get("dtype"))
             got = str(q.dtype).replace("torch.", "").replace("bfloat16", "bf16").replace("float16", "fp16")

@@ -89,8 +89,17 @@ def flex_backend(
 
     plain = attn_mask is None and not return_lse and _parallel_config is None
     if not plain or _server is None or torch.compiler.is_compiling():
-        return _stock(query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
-                      enable_gqa=enable_gqa, return_lse=return_lse, _parallel_config=_parallel_config)  # fmt: skip
+        return _stock(
+            query,
+            key,
+            value,
+            attn_mask=attn_mask,
+            is_causal=is_causal,
+            scale=scale,
+            enable_gqa=enable_gqa,
+            return_lse=return_lse,
+            _parallel_config=_parallel_config,
+        )
     q, k, v = (t.permute(0, 2, 1, 3) for t in (query, key, value))
     call = Call.of(q, k, v, "causal" if is_causal else "full", scale=scale)
     if q.shape[2] == k.shape[2]:

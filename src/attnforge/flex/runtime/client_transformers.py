@@ -96,12 +96,26 @@ def mask(
     mask."""
     from transformers.masking_utils import causal_mask_function, flex_attention_mask
 
-    if plain(q_length, kv_length, q_offset, kv_offset, attention_mask, allow_is_causal_skip,
-             allow_is_bidirectional_skip):  # fmt: skip
+    if plain(
+        q_length,
+        kv_length,
+        q_offset,
+        kv_offset,
+        attention_mask,
+        allow_is_causal_skip,
+        allow_is_bidirectional_skip,
+    ):
         return None
-    return flex_attention_mask(batch_size, q_length, kv_length, q_offset, kv_offset,
-                               mask_function=mask_function or causal_mask_function,
-                               attention_mask=attention_mask, **kwargs)  # fmt: skip
+    return flex_attention_mask(
+        batch_size,
+        q_length,
+        kv_length,
+        q_offset,
+        kv_offset,
+        mask_function=mask_function or causal_mask_function,
+        attention_mask=attention_mask,
+        **kwargs,
+    )
 
 
 def _kind(module: Any, q_len: int, kwargs: dict[str, Any]) -> tuple[str, int | None]:

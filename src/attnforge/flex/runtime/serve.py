@@ -48,8 +48,18 @@ class Call:
 
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
         b, hq, s, d = (int(x) for x in q.shape)
-        return cls(b, hq, int(k.shape[1]), s, d, DTYPE_NAMES.get(str(q.dtype), str(q.dtype)), q.device.type,
-                   mask, grad=grad, **kw)  # fmt: skip
+        return cls(
+            b,
+            hq,
+            int(k.shape[1]),
+            s,
+            d,
+            DTYPE_NAMES.get(str(q.dtype), str(q.dtype)),
+            q.device.type,
+            mask,
+            grad=grad,
+            **kw,
+        )
 
     def describe(self) -> str:
         """``B2 S700 H8/2 D64 bf16 cuda causal fwd+bwd`` (+ window, softcap, and scale when not 1/sqrt(D))."""
@@ -59,8 +69,10 @@ class Call:
             for k, v in (("window", self.window), ("softcap", self.softcap), ("scale", scale))
             if v is not None
         )
-        return (f"B{self.batch} S{self.seq_len} H{self.heads_q}/{self.heads_kv} D{self.head_dim} {self.dtype} "
-                f"{self.device} {self.mask}{extra} {'fwd+bwd' if self.grad else 'fwd'}")  # fmt: skip
+        return (
+            f"B{self.batch} S{self.seq_len} H{self.heads_q}/{self.heads_kv} D{self.head_dim} {self.dtype} "
+            f"{self.device} {self.mask}{extra} {'fwd+bwd' if self.grad else 'fwd'}"
+        )
 
 
 def _same_float(a: float | None, b: float | None) -> bool:

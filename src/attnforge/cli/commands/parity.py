@@ -1,0 +1,178 @@
+"""`attnforge parity`: GPU kernel parity of a flash-attn wheel (and FlexAttention/SDPA on the same torch)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from attnforge.core.errors import EnvironmentProblem, TestFailure
+from attnforge.matrix.project import Project
+
+
+@click.group("parity")
+def command() -> None:
+    """GPU parity: flash-attn, FlexAttention, SDPA and transformers against an fp32 reference.
+
+    Tolerance is upstream flash-attn's: kernel error <= 2x (forward) / 3x (gradients) PyTorch's own
+    low-precision error + eps. Reports: parity.json, parity.md, parity.junit.xml (docs/gpu-parity.md).
+    """
+
+
+@command.command("run")
+@click.option(
+    "--wheel",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="flash-attn wheel to test; installed into a fresh venv over this Python's torch.",
+)
+@click.option(
+    "--manifest",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The wheel's manifest (default: <wheel>.manifest.json when present).",
+)
+@click.option("--out", type=click.Path(path_type=Path), default=Path("reports/gpu"), show_default=True)
+@click.option(
+    "--stem",
+    default="parity",
+    show_default=True,
+    help="Report names in --out: STEM.json, STEM.md, STEM.junit.xml (e.g. fa3_parity).",
+)
+@click.option("--suites", default="flash,flex,sdpa,hf", show_default=True)
+@click.option("--quick", is_flag=True, help="One head dim per dtype; bf16-only Flex.")
+@click.option(
+    "--record/--no-record",
+    default=True,
+    show_default=True,
+    help="Write the outcome into the manifest's `parity` (publishing gates on it).",
+)
+@click.option(
+    "--venv", "venv_dir", type=click.Path(path_type=Path), help="Where to make the venv (default: temp)."
+)
+@click.option(
+    "--with",
+    "extra",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Another wheel to install into the venv beside the one under test (offline, no deps; e.g. "
+    "pytest and einops for FA3's upstream tests). Repeatable.",
+)
+@click.option(
+    "--upstream-tests",
+    type=click.Path(exists=True, path_type=Path),
+    help="FA3: the source archive (or hopper/ folder) whose test_flash_attn.py is sampled.",
+)
+@click.option(
+    "--upstream-sample",
+    type=click.IntRange(1),
+    default=120,
+    show_default=True,
+    help="FA3: how many of upstream's tests to run (a fixed-seed sample).",
+)
+@click.option(
+    "--upstream-budget",
+    type=click.FloatRange(10),
+    default=300.0,
+    show_default=True,
+    help="FA3: seconds the upstream sample may take (the rest counts as not run).",
+)
+@click.pass_obj
+def run(
+    project: Project,
+    wheel: Path | None,
+    manifest: Path | None,
+    out: Path,
+    stem: str,
+    suites: str,
+    quick: bool,
+    record: bool,
+    venv_dir: Path | None,
+    extra: tuple[Path, ...],
+    upstream_tests: Path | None,
+    upstream_sample: int,
+    upstream_budget: float,
+) -> None:
+    """Run the parity suites on this machine's GPU; GPU-less machines get an all-skipped report (exit 5).
+
+    The wheel's manifest names its kernel: a flash-attn-3 wheel runs FA3's cases (flash_attn_interface) and,
+    with --upstream-tests, a sample of upstream's hopper/test_flash_attn.py."""
+    from attnforge.parity.venv import install, make_venv
+
+    if manifest is None and wheel is not None:
+        cand = wheel.with_name(wheel.name + ".manifest.json")
+        manifest = cand if cand.is_file() else None
+    python = sys.executable
+    tmp = None
+    if wheel is not None:
+        if venv_dir is None:
+            tmp = tempfile.TemporaryDirectory(prefix="attnforge-parity-")
+            venv_dir = Path(tmp.name) / "venv"
+        vpy = make_venv(venv_dir)
+        install(vpy, [wheel, *extra])
+        python = str(vpy)
+    src = str(Path(__file__).resolve().parents[3])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
+    cmd = [
+        python,
+        "-m",
+        "attnforge.parity.parity_run",
+        "--out",
+        str(out),
+        "--stem",
+        stem,
+        "--suites",
+        suites,
+        "--matrix",
+        str(project.matrix_path),
+    ]
+    if wheel is not None:
+        cmd += ["--wheel", wheel.name]
+    if manifest is not None:
+        cmd += ["--manifest", str(manifest)] + (["--record"] if record else [])
+    if quick:
+        cmd.append("--quick")
+    if upstream_tests is not None:
+        cmd += [
+            "--upstream-tests",
+            str(upstream_tests.resolve()),
+            "--upstream-sample",
+            str(upstream_sample),
+            "--upstream-budget-s",
+            str(upstream_budget),
+        ]
+    try:
+        code = subprocess.call(cmd, env=env)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    if code == 5:
+        raise EnvironmentProblem(
+            "no CUDA GPU visible: every parity case was skipped", hint=f"see {out}/{stem}.md"
+        )
+    if code != 0:
+        raise TestFailure(f"parity failed (runner exit {code})", hint=f"see {out}/{stem}.md")
+
+
+@command.command("record")
+@click.argument("manifest", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--report",
+    "report",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help="The parity.json of the run.",
+)
+@click.option("--report-ref", help="Path recorded in the manifest (default: the --report path as given).")
+def record(manifest: Path, report: Path, report_ref: str | None) -> None:
+    """Record a parity.json's outcome in a wheel's manifest (`parity: {passed, device, report, date}`)."""
+    from attnforge.wheels.manifest import record_from_report
+
+    data = record_from_report(manifest, report, report_ref)
+    p = data["parity"]
+    click.echo(
+        f"{manifest.name}: parity {'passed' if p['passed'] else 'FAILED'} on {p['device']} ({p['date']})"
+    )

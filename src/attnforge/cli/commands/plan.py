@@ -1,0 +1,142 @@
+"""`attnforge plan`: every cell of a target with its variant, wheel name, kernel-set key and validity."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from attnforge.engine.cost import PlanCost, plan_cost
+from attnforge.engine.resources import detect_machine
+from attnforge.engine.unittimes import UnitTimeTable
+from attnforge.matrix.plan import Plan, span
+from attnforge.matrix.project import Project
+
+
+def render_table(plan: Plan, console: Console, show_invalid: bool = True) -> None:
+    """The human view: one row per cell, then the summary and the invalid cells' reasons."""
+    table = Table(title=f"target '{plan.target}'", show_lines=False)
+    for col in ("cell", "variant", "wheel", "kernel-set", "valid"):
+        table.add_column(col, overflow="fold")
+    for v in plan.verdicts:
+        if not v.valid and not show_invalid:
+            continue
+        valid = "[green]yes[/]" if v.valid else "[red]no[/]"
+        table.add_row(
+            v.cell.id,
+            v.cell.variant,
+            v.cell.wheel_name if v.valid else "-",
+            v.cell.kernel_set_key if v.valid else "-",
+            f"{valid} (wheel of {v.served_by})" if v.served_by else valid,
+        )
+    console.print(table)
+    s = plan.summary()
+    per_kernel = ", ".join(f"{n} {k}" for k, n in s["wheels_by_kernel"].items()) or "none"
+    served = (
+        f" ({s['served_by_another_wheel']} cells share a stable-ABI wheel)"
+        if s["served_by_another_wheel"]
+        else ""
+    )
+    console.print(
+        f"{s['cells']} cells: {s['valid']} valid, {s['invalid']} invalid; {s['wheels']} wheels: {per_kernel}"
+        f"{served}; {s['kernel_sets']} distinct kernel-sets; variants: {', '.join(s['variants']) or '-'}"
+    )
+    sets = plan.shared_kernels()
+    if sets:
+        console.print("kernel sets (the cells of one link the same compiled kernel objects):")
+    for k in sets:
+        c = k.cells[0]
+        lane = f"{c.toolkit} abi{int(c.cxx11_abi)} {','.join(a.replace('sm_', '') for a in c.arches)} {c.profile}"
+        console.print(f"  {k.key} {lane}: {len(k.cells)} cell(s); {escape(k.why)}", highlight=False)
+    if show_invalid:
+        for v in plan.invalid:
+            console.print(f"[red]invalid[/] {v.cell.id}: {escape('; '.join(v.reasons()))}", highlight=False)
+
+
+def render_cost(cost: PlanCost, console: Console) -> None:
+    """Kernel sets with their units and hours, then what sharing kernels saves."""
+    table = Table(title=f"target '{cost.target}': compile cost (shared kernel objects)")
+    for col in (
+        "kernel-set",
+        "toolkit",
+        "arches",
+        "profile",
+        "abi",
+        "torch",
+        "python",
+        "cells",
+        "units",
+        "hours",
+    ):
+        table.add_column(col, overflow="fold")
+    for s in sorted(cost.shared.sets, key=lambda s: s.compile_s, reverse=True):
+        c = s.cells[0]
+        table.add_row(
+            s.key,
+            str(c.toolkit),
+            ",".join(a.replace("sm_", "") for a in c.arches),
+            c.profile,
+            "1" if c.cxx11_abi else "0",
+            span({x.torch_family for x in s.cells}),
+            span({x.python for x in s.cells}),
+            str(len(s.cells)),
+            f"{s.kernel_units}+{len(s.cells)}",
+            f"{s.compile_s / 3600:.1f}",
+        )
+    console.print(table)
+    rows = (
+        ("shared across torch and Python", cost.shared),
+        ("shared across Python only", cost.per_torch),
+        ("not shared", cost.none),
+    )
+    for label, sc in rows:
+        console.print(
+            f"{label}: {len(sc.sets)} kernel sets, {sc.units} units to compile, "
+            f"{sc.compile_s / 3600:.1f} compile hours (about {sc.wall_s(cost.cores) / 3600:.1f} h on {cost.cores} cores)"
+        )
+    saved = cost.per_torch.compile_s - cost.shared.compile_s
+    console.print(
+        f"sharing kernels across torch releases saves {saved / 3600:.1f} compile hours "
+        f"({100 * saved / max(cost.per_torch.compile_s, 1):.0f}%)"
+    )
+    if cost.not_estimated:
+        console.print(
+            f"not estimated (no unit model): {len(cost.not_estimated)} cell(s), e.g. {cost.not_estimated[0].id}"
+        )
+    console.print(
+        f"times: seconds of one compile job from the unit-time table, x{cost.factor:.2f} for this machine"
+    )
+
+
+@click.command("plan")
+@click.option("--target", "-t", default="default", show_default=True, help="Target (slice) of the matrix.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--valid-only", is_flag=True, help="Leave invalid cells out of the table.")
+@click.option("--cost", is_flag=True, help="Kernel sets, units to compile and estimated compile hours.")
+@click.option(
+    "--cores", type=click.IntRange(1), default=None, help="With --cost: cores to plan for [this machine's]."
+)
+@click.pass_obj
+def command(project: Project, target: str, fmt: str, valid_only: bool, cost: bool, cores: int | None) -> None:
+    """Show the cells a target expands to, each valid or invalid with the rule that rejects it.
+
+    Cells that share a kernel-set key link the same compiled kernel objects: the kernels compile once, each
+    (torch, Python) compiles only its binding; the table is followed by each kernel set with the reason its
+    cells share them. --cost estimates what compiling the target takes.
+    """
+    plan = project.plan(target)
+    if cost:
+        table = UnitTimeTable(project.path(project.matrix.build.cache_dir) / "unit_times.json")
+        result = plan_cost(plan, table, cores or detect_machine().cores)
+        if fmt == "json":
+            click.echo(json.dumps(result.to_json(), indent=2))
+        else:
+            render_cost(result, Console())
+        return
+    if fmt == "json":
+        click.echo(json.dumps(plan.to_json(), indent=2))
+    else:
+        render_table(plan, Console(), show_invalid=not valid_only)

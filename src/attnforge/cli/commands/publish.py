@@ -1,0 +1,48 @@
+"""`attnforge publish --to NAME`: finalized wheels to a destination from matrix.yaml."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+
+@click.command("publish")
+@click.option(
+    "--to",
+    "target",
+    required=True,
+    help="A destination of matrix.yaml (`destinations:`), or a folder (static) or http(s) URL (pypiserver).",
+)
+@click.option(
+    "--skip-parity-gate", is_flag=True, help="Publish without a passed GPU parity run (logged loudly)."
+)
+@click.option("--dry-run", is_flag=True, help="Run every check and say what would be published.")
+@click.argument("sources", nargs=-1, type=click.Path(exists=True, path_type=Path))
+@click.pass_obj
+def command(
+    project: Any, target: str, skip_parity_gate: bool, dry_run: bool, sources: tuple[Path, ...]
+) -> None:
+    """Publish finalized wheels (default: the build output folder) to a destination, all or nothing.
+
+    Re-publishing a file with other bytes is refused (exit 7); identical bytes are a no-op.
+    A destination with `require_parity: true` takes only wheels whose manifest says parity passed.
+    """
+    from attnforge.publish.index import StaticIndex
+    from attnforge.publish.release import (
+        collect_bundles,
+        default_sources,
+        print_report,
+        publish,
+        resolve_destination,
+    )
+
+    dest, base = resolve_destination(project, target)
+    exclude = []
+    if dest.kind == "static" and dest.path:
+        root = Path(dest.path)
+        exclude.append(StaticIndex(root if root.is_absolute() else base / root).root)
+    bundles = collect_bundles(list(sources) or default_sources(project), exclude=exclude)
+    report = publish(bundles, dest, target, base, skip_parity_gate=skip_parity_gate, dry_run=dry_run)
+    print_report(report)

@@ -1,0 +1,60 @@
+"""`attnforge serve`: the static wheel index over HTTP on 127.0.0.1 (PEP 691 content negotiation)."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+
+from attnforge.core.errors import ConfigurationError
+
+
+def _default_dir(project: Any) -> Path:
+    try:
+        dest = project.matrix.destinations.get("local")
+        if dest is not None and dest.kind == "static" and dest.path:
+            return Path(project.path(dest.path))
+    except Exception:  # no matrix here: fall back to the conventional place
+        pass
+    return Path("wheels/index")
+
+
+@click.command("serve")
+@click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--port", type=int, default=8000, show_default=True, help="TCP port (0 = any free port).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.pass_obj
+def command(project: Any, directory: Path | None, port: int, host: str) -> None:
+    """Serve a static index (default: the `local` destination, else wheels/index) until Ctrl-C.
+
+    \b
+    Install from it:
+      pip install flash-attn --index-url http://127.0.0.1:PORT/<variant>/simple
+    The first line printed is `serving DIR at URL`, for scripts that start it with --port 0.
+    """
+    from attnforge.publish.index_server import make_server
+
+    root = directory or _default_dir(project)
+    if not root.is_dir():
+        raise ConfigurationError(f"{root}: no index there", hint="attnforge publish --to local")
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        click.secho(
+            f"warning: serving on {host}: reachable beyond this machine, without authentication", err=True
+        )
+    server = make_server(root, host, port)
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    bound_host, bound_port = server.server_address[:2]
+    click.echo(f"serving {root} at http://{bound_host!s}:{bound_port}/", nl=True)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

@@ -1,0 +1,23 @@
+"""`attnforge validate`: check matrix.yaml and every target without building anything."""
+
+from __future__ import annotations
+
+import click
+
+from attnforge.core.errors import ConfigurationError
+from attnforge.matrix.project import Project
+
+
+@click.command("validate")
+@click.option("--strict", is_flag=True, help="Fail when a target contains an invalid cell.")
+@click.pass_obj
+def command(project: Project, strict: bool) -> None:
+    """Parse matrix.yaml, expand every target and report invalid cells (exit 2 with --strict)."""
+    bad = 0
+    for name in project.matrix.targets:
+        plan = project.plan(name)
+        s = plan.summary()
+        click.echo(f"{name}: {s['valid']} valid, {s['invalid']} invalid, {s['kernel_sets']} kernel-sets")
+        bad += s["invalid"]
+    if strict and bad:
+        raise ConfigurationError(f"{bad} invalid cell(s); run `attnforge plan --target T` for the reasons")

@@ -1,0 +1,105 @@
+"""`attnforge wheels`: finalize a built wheel, verify a finalized one, write the static index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from attnforge.core.errors import ConfigurationError
+
+
+@click.group("wheels")
+def command() -> None:
+    """Post-process and check wheels (the build runs `finalize` after each cell)."""
+
+
+@command.command("finalize")
+@click.argument("wheel", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--manifest",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The build's manifest (default: WHEEL.manifest.json beside the wheel).",
+)
+@click.option(
+    "--out-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the finalized wheel goes (default: beside the input, which it replaces).",
+)
+@click.option(
+    "--exclude", "excludes", multiple=True, help="More sonames to leave out of auditwheel's grafting."
+)
+@click.option(
+    "--keep-input", is_flag=True, help="Keep the input wheel when the finalized one has another name."
+)
+def finalize_cmd(
+    wheel: Path, manifest: Path | None, out_dir: Path | None, excludes: tuple[str, ...], keep_input: bool
+) -> None:
+    """Name the variant (+cu130torch2.14cxx11abiTRUE), pin torch, audit and retag, verify, write the manifest.
+
+    The result is reproducible: the same input and SOURCE_DATE_EPOCH give the same bytes.
+    """
+    from attnforge.wheels.finalize import finalize
+
+    res = finalize(
+        wheel,
+        manifest,
+        out_dir,
+        extra_excludes=excludes,
+        keep_input=keep_input,
+        log=lambda m: click.echo(m, err=True),
+    )
+    for change in res.changes:
+        click.echo(f"  {change}", err=True)
+    click.echo(f"platform tag {res.platform_tag}: {res.platform_reason}", err=True)
+    click.echo(f"requires {res.names.torch_requirement}; variant {res.names.variant}", err=True)
+    click.echo(str(res.wheel))
+
+
+@command.command("verify")
+@click.argument(
+    "wheels", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+def verify_cmd(wheels: tuple[Path, ...]) -> None:
+    """Check finalized wheels (RECORD, names, torch pin, manifest, check-wheel-contents); exit 4 on a problem."""
+    from attnforge.core.errors import BuildError
+    from attnforge.wheels.finalize import verify
+
+    bad = 0
+    for wheel in wheels:
+        problems = verify(wheel)
+        if problems:
+            bad += 1
+            for p in problems:
+                click.echo(f"FAIL {wheel.name}: {p}")
+        else:
+            click.echo(f"ok   {wheel.name}")
+    if bad:
+        raise BuildError(f"{bad} of {len(wheels)} wheel(s) failed verification")
+
+
+@command.command("index")
+@click.argument("sources", nargs=-1, type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("wheels/index"),
+    show_default=True,
+    help="The static index (per-variant and `all` PEP 503/691 trees).",
+)
+@click.pass_obj
+def index_cmd(project: object, sources: tuple[Path, ...], out: Path) -> None:
+    """Add finalized wheels (files or folders; default: the build's output folder) to a static index.
+
+    No parity gate here: `attnforge publish --to NAME` applies the destination's rules.
+    """
+    from attnforge.publish.index import StaticIndex
+    from attnforge.publish.release import collect_bundles, default_sources, print_report
+
+    srcs = list(sources) or default_sources(project)
+    if not srcs:
+        raise ConfigurationError("no wheels given and no build output folder found")
+    bundles = collect_bundles(srcs, exclude=[out])
+    report = StaticIndex(out).publish(bundles)
+    print_report(report)

@@ -1,0 +1,337 @@
+"""`attnforge which`: the exact wheel of an index that fits this environment, or why none does.
+
+The index is read through its PEP 691 JSON (`<url>/all/simple/flash-attn/`, `Accept:
+application/vnd.pypi.simple.v1+json`; a static server without negotiation is asked for `index.json`).
+Each wheel is compared with the environment axis by axis: Python, platform, torch release family (a
+stable-ABI wheel, `+cu130sm90atorch2.9abi3`: any torch from its floor on), accelerator (CUDA/ROCm version of
+the torch build; a stable-ABI wheel also runs on a newer CUDA minor of the same major), C++ ABI, profile, and with a GPU its compute
+capability (from the wheel's manifest in the index) and the driver's CUDA version. The Python axis takes
+the interpreter/ABI tags pip accepts on that CPython (`packaging.tags`): `cp311-cp311`, `abi3`, and the
+pure-Python `py3`/`py3X` + `none` of a ROCm Triton wheel (`...-py3-none-any.whl`, which also fits any
+platform).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from attnforge.core.arches import arch_runs_on
+from attnforge.core.errors import ConfigurationError
+from attnforge.engine.environment import Env, interpreter_abis
+from attnforge.publish.index import ALL, JSON_TYPE
+from attnforge.wheels.naming import PROJECT, LocalParts, parse_local
+
+
+def _platform_ok(platform_tag: str, env: Env) -> bool:
+    if platform_tag == "any":  # pure Python: every platform
+        return True
+    if not platform_tag.endswith(env.machine):
+        return False
+    if platform_tag.startswith("linux_"):
+        return True
+    if platform_tag.startswith("manylinux_"):
+        major, minor = platform_tag.split("_")[1:3]
+        return env.glibc is not None and (int(major), int(minor)) <= env.glibc
+    legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+    prefix = platform_tag.split("_", 1)[0]
+    return prefix in legacy and env.glibc is not None and legacy[prefix] <= env.glibc
+
+
+# ---------------------------------------------------------------- index
+
+
+@dataclass
+class Candidate:
+    """A wheel listed by the index."""
+
+    filename: str
+    url: str
+    version: str  # as spelled in the file name
+    local: LocalParts | None
+    python_tags: set[str]
+    abi_tags: set[str]
+    platforms: set[str]
+    manifest: dict[str, Any] | None = None
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (axis, why)
+
+    @property
+    def variant(self) -> str | None:
+        if self.manifest and self.manifest.get("variant"):
+            return str(self.manifest["variant"])
+        return self.local.variant if self.local else None
+
+
+def _get(url: str, accept: str | None = None) -> tuple[bytes, str]:
+    req = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return resp.read(), resp.headers.get("Content-Type", "")
+
+
+def _is_local(url: str) -> bool:
+    return url.startswith("file://") or "://" not in url
+
+
+def _as_url(url: str) -> str:
+    if "://" in url:
+        return url.rstrip("/") + "/"
+    return Path(os.path.abspath(url)).as_uri() + "/"  # not resolve(): the index symlink must stay in the URL
+
+
+def fetch_project(index_url: str, project: str = PROJECT) -> tuple[str, dict[str, Any]]:
+    """(URL of the project page, its PEP 691 JSON) from an attnforge index root or a simple/ URL."""
+    base = _as_url(index_url)
+    tried = []
+    for page in (urljoin(base, f"{ALL}/simple/{project}/"), urljoin(base, f"{project}/")):
+        targets = [page + "index.json"] if _is_local(base) else [page, page + "index.json"]
+        for target in targets:
+            tried.append(target)
+            try:
+                body, ctype = _get(target, f"{JSON_TYPE}, application/json;q=0.5")
+            except (urllib.error.URLError, OSError):
+                continue
+            if "json" not in ctype and not target.endswith(".json"):
+                continue  # an HTML-only server: ask for the JSON file itself
+            try:
+                data = json.loads(body)
+            except ValueError:
+                continue
+            if isinstance(data, dict) and isinstance(data.get("files"), list):
+                version = str((data.get("meta") or {}).get("api-version", "1.0"))
+                if not version.startswith("1."):
+                    raise ConfigurationError(f"{target}: PEP 691 api-version {version} is not supported")
+                return page, data
+    raise ConfigurationError(
+        f"no PEP 691 project page for {project} at {index_url} (tried {', '.join(tried)})"
+    )
+
+
+def candidates(page: str, data: dict[str, Any]) -> list[Candidate]:
+    """The wheels a PEP 691 project page lists (other files skipped)."""
+    out = []
+    for f in data["files"]:
+        filename = str(f.get("filename", ""))
+        if not filename.endswith(".whl") or f.get("yanked"):
+            continue
+        try:
+            _, version, _, tags = parse_wheel_filename(filename)
+        except (InvalidWheelFilename, InvalidVersion):
+            continue
+        out.append(
+            Candidate(
+                filename=filename,
+                url=urljoin(page, str(f.get("url") or filename)),
+                version=filename.split("-")[1],
+                local=parse_local(version.local or ""),
+                python_tags={t.interpreter for t in tags},
+                abi_tags={t.abi for t in tags},
+                platforms={t.platform for t in tags},
+            )
+        )
+    return out
+
+
+def load_manifest(c: Candidate) -> dict[str, Any] | None:
+    """The manifest the index keeps beside the wheel (None when it has none)."""
+    if c.manifest is None:
+        try:
+            body, _ = _get(c.url + ".manifest.json")
+            c.manifest = json.loads(body)
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+    return c.manifest
+
+
+# ---------------------------------------------------------------- matching
+
+AXES = ("python", "platform", "torch", "accelerator", "cxx11_abi", "profile", "gpu_arch", "driver")
+
+
+def check(c: Candidate, env: Env, profile: str | None) -> list[tuple[str, str]]:
+    """Every axis on which `c` does not fit `env`, as (axis, explanation)."""
+    problems: list[tuple[str, str]] = []
+    wheel_py = ".".join(sorted(c.python_tags))
+    accepted = interpreter_abis(env.python)
+    # a file name's tags are every interpreter x ABI x platform it lists: one axis at a time is exact
+    if not any((py, abi) in accepted for py in c.python_tags for abi in c.abi_tags):
+        if any(py == interp for py in c.python_tags for interp, _ in accepted):
+            wheel_abi = ".".join(sorted(c.abi_tags))
+            why = f"wheel is for {wheel_py} with ABI {wheel_abi}, this is {env.python_tag}"
+        else:
+            why = f"wheel is for {wheel_py}, this is {env.python_tag}"
+        problems.append(("python", why))
+    if not any(_platform_ok(p, env) for p in c.platforms):
+        glibc = ".".join(map(str, env.glibc)) if env.glibc else "none"
+        problems.append(
+            ("platform", f"wheel is {'.'.join(sorted(c.platforms))}, this is {env.machine} glibc {glibc}")
+        )
+    if c.local is None:
+        problems.append(("torch", "the version names no torch variant (not an attnforge wheel)"))
+        return problems
+    if env.torch is None:
+        problems.append(("torch", "torch is not installed here"))
+    elif torch_why := c.local.torch_problem(env.torch):
+        problems.append(("torch", torch_why))
+    if env.accel is None:
+        problems.append(
+            ("accelerator", f"wheel is {c.local.accel}, torch {env.torch or ''} is a CPU-only build")
+        )
+    elif accel_why := c.local.accel_problem(env.accel):
+        problems.append(("accelerator", accel_why))
+    # a stable-ABI wheel passes no C++ object to libtorch (its C shim only): the C++ ABI does not matter
+    if env.cxx11_abi is not None and env.cxx11_abi != c.local.cxx11_abi and not c.local.stable_abi:
+        want = "TRUE" if c.local.cxx11_abi else "FALSE"
+        have = "TRUE" if env.cxx11_abi else "FALSE"
+        problems.append(("cxx11_abi", f"wheel is cxx11abi{want}, torch here is cxx11abi{have}"))
+    tag = c.local.profile_tag
+    if (profile or None) != tag and not (profile == "full" and tag is None):
+        problems.append(("profile", f"wheel is profile {tag or 'full'}, asked for {profile or 'full'}"))
+    if env.gpus and not problems:
+        manifest = load_manifest(c) or {}
+        arches = list((manifest.get("inputs") or {}).get("arches") or [])
+        if arches:
+            missing = [g for g in env.gpus if not any(arch_runs_on(a, g) for a in arches)]
+            if missing:
+                problems.append(
+                    ("gpu_arch", f"wheel has {', '.join(arches)}, GPU here is {', '.join(missing)}")
+                )
+        toolkit = str((manifest.get("inputs") or {}).get("toolkit") or "")
+        if env.driver_cuda and toolkit.startswith("cuda"):
+            need = Version(toolkit.removeprefix("cuda"))
+            if Version(env.driver_cuda) < need:
+                problems.append(
+                    (
+                        "driver",
+                        f"wheel needs a driver for CUDA {need}, driver here supports {env.driver_cuda}",
+                    )
+                )
+    return problems
+
+
+@dataclass
+class Resolution:
+    """The answer of `which`."""
+
+    env: Env
+    index_url: str
+    choice: Candidate | None
+    command: str | None
+    candidates: list[Candidate]
+    explanation: list[str]
+    build_cell: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "environment": self.env.__dict__,
+            "wheel": self.choice.filename if self.choice else None,
+            "variant": self.choice.variant if self.choice else None,
+            "command": self.command,
+            "explanation": self.explanation,
+            "build_cell": self.build_cell,
+            "rejected": {c.filename: dict(c.problems) for c in self.candidates if c.problems},
+        }
+
+
+def _variant_index(index_url: str, page: str, variant: str | None) -> str:
+    """The per-variant `simple/` URL when the index is an attnforge tree, else the URL as given."""
+    root = _as_url(index_url)
+    if variant and page.startswith(urljoin(root, f"{ALL}/simple/")):
+        return urljoin(root, f"{variant}/simple")
+    return index_url.rstrip("/")
+
+
+def build_cell_for(
+    env: Env, near: Candidate | None, kernel_version: str, kernel: str = PROJECT
+) -> str | None:
+    """The cell id that would build a wheel for this environment (`attnforge build --cell ID`)."""
+    from attnforge.matrix.cell import Cell, Toolkit
+
+    if env.torch is None or env.accel is None or env.cxx11_abi is None:
+        return None
+    if env.accel.startswith("cu"):
+        digits = env.accel[2:]
+        toolkit = Toolkit("cuda", f"{digits[:-1]}.{digits[-1]}")
+    else:
+        toolkit = Toolkit("rocm", env.accel[4:])
+    arches: tuple[str, ...] = tuple(sorted(set(env.gpus)))
+    if near is not None and near.local is not None and near.local.stable_abi:
+        arches = ()  # a fixed-arch kernel (FA3: sm_90a for an sm_90 GPU): take the nearest wheel's
+    if not arches and near is not None:
+        arches = tuple((load_manifest(near) or {}).get("inputs", {}).get("arches") or ())
+    cell = Cell(
+        kernel=kernel,
+        kernel_version=kernel_version,
+        toolkit=toolkit,
+        torch=env.torch.split("+")[0],
+        python=env.python,
+        cxx11_abi=env.cxx11_abi,
+        arches=arches or ("sm_80", "sm_90"),
+        profile="full",
+        platform=env.machine or "x86_64",
+    )
+    return cell.id
+
+
+def resolve(env: Env, index_url: str, profile: str | None = None, project: str = PROJECT) -> Resolution:
+    """Pick the wheel for `env` from the index at `index_url`, or explain why none fits."""
+    page, data = fetch_project(index_url, project)
+    cands = candidates(page, data)
+    for c in cands:
+        c.problems = check(c, env, profile)
+    fits = [c for c in cands if not c.problems]
+    explanation = [f"environment: {env.describe()}"]
+
+    def key(c: Candidate) -> tuple[Version, int]:
+        manylinux = max((int(p.split("_")[2]) for p in c.platforms if p.startswith("manylinux_")), default=0)
+        return (Version(c.version), manylinux)
+
+    versions = sorted({Version(c.version).public for c in cands}, key=Version)
+    kernel_version = versions[-1] if versions else "2.8.3"
+    if fits:
+        best = max(fits, key=key)
+        variant = best.variant
+        url = _variant_index(index_url, page, variant)
+        command = f"pip install {project}=={best.version} --index-url {url}"
+        res = Resolution(env, index_url, best, command, cands, explanation, None)
+        explanation.append(f"fits: {best.filename} (variant {variant})")
+        return res
+    near: Candidate | None = None
+    if not cands:
+        explanation.append(f"the index lists no {project} wheels")
+    else:
+        # the nearest wheel: fewest mismatching axes, then the one that fails latest in AXES order
+        def distance(c: Candidate) -> tuple[int, int]:
+            return (len(c.problems), -min(AXES.index(a) for a, _ in c.problems))
+
+        near = min(cands, key=distance)
+        by_axis: dict[str, set[str]] = {}
+        for c in cands:
+            for axis, _ in c.problems:
+                by_axis.setdefault(axis, set()).add(c.filename)
+        explanation.append(f"none of the {len(cands)} wheel(s) fits")
+        for axis in AXES:
+            if axis in by_axis:
+                explanation.append(f"  {axis}: {len(by_axis[axis])} wheel(s) rejected")
+        explanation.append(f"nearest: {near.filename}")
+        explanation += [f"  {axis}: {why}" for axis, why in near.problems]
+        available = sorted({c.variant or "?" for c in cands})
+        explanation.append(f"variants in the index: {', '.join(available)}")
+    cell = build_cell_for(env, near, kernel_version, project)
+    if cell:
+        explanation.append(f"a matrix cell would build it: attnforge build --cell {cell}")
+    elif env.torch is None:
+        explanation.append("install torch first: the wheel is chosen by the torch it runs with")
+    elif env.accel is None:
+        explanation.append(
+            "torch here is CPU-only: install a CUDA or ROCm build of torch; no cell builds for it"
+        )
+    return Resolution(env, index_url, None, None, cands, explanation, cell)

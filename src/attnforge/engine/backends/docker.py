@@ -1,0 +1,300 @@
+"""The docker backend: one builder image per toolkit, one `docker run` per cell (cibuildwheel's model).
+
+Host folders are mounted at the same paths inside the container, so a spec means the same thing in both
+places: the cache (sources, build trees, kernel objects, ccache, venvs), the builder script (read-only),
+local pip mirrors (read-only), the cell's Python interpreter (read-only) and the CA bundle (read-only, at
+/run/secrets/ca_bundle). Nothing secret is ever in an image layer: images get the CA as a BuildKit secret.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from attnforge.core.errors import BuildError, EnvironmentProblem
+from attnforge.core.pins import local_base
+from attnforge.engine.backends.cuda_standin import STANDINS, ensure_cuda_standin, standin_for
+from attnforge.engine.backends.debian_base import BaseImageError, bootstrap_debian_base, image_id
+from attnforge.engine.backends.pip_config import PipOptions, pip_options
+from attnforge.engine.jobs import CellJob
+from attnforge.engine.progress import ProgressView
+from attnforge.engine.resources import GIB, detect_machine
+from attnforge.matrix.cell import Cell, Toolkit
+from attnforge.matrix.project import Project
+from attnforge.matrix.rules import host_compiler_problem
+
+DOCKER = "/usr/bin/docker"
+BUILDER_DIR = Path(__file__).resolve().parents[2] / "builder"
+BUILDER_MOUNT = "/opt/attnforge"  # the builder package is mounted at /opt/attnforge/builder
+DOCKER_DIR = Path(__file__).resolve().parents[4] / "docker"
+LOCAL_BASE = local_base()
+DEFAULT_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def dockerfile_dir() -> Path:
+    """docker/ of the source tree (Dockerfiles are not packaged into the wheel)."""
+    override = os.environ.get("ATTNFORGE_DOCKER_DIR")
+    path = Path(override) if override else DOCKER_DIR
+    if not (path / "cuda-builder.Dockerfile").exists():
+        raise EnvironmentProblem(f"no docker/cuda-builder.Dockerfile under {path}: set ATTNFORGE_DOCKER_DIR")
+    return path
+
+
+def python_prefix(version: str) -> Path:
+    """The installation prefix of the host's python<version> (mounted read-only into the builder): the one on
+    PATH, else pyenv's newest `$PYENV_ROOT/versions/<version>.*` (its shims answer only for the active one)."""
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    found = sorted(pyenv.glob(f"{version}.*/bin/python{version}"), key=lambda p: _version_key(p.parts[-3]))
+    for exe in [f"python{version}", *(str(p) for p in reversed(found))]:
+        try:
+            out = subprocess.run(
+                [exe, "-c", "import sys; print(sys.base_prefix)"], capture_output=True, text=True, check=True
+            ).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            continue
+        return Path(out)
+    raise EnvironmentProblem(
+        f"python{version} is not available on this host; the docker backend mounts the host's interpreter "
+        f"(install it, e.g. with pyenv, or use a base image that has python{version})"
+    )
+
+
+def _version_key(text: str) -> tuple[int, ...]:
+    """ "3.12.10" -> (3, 12, 10): pyenv folders sorted by number, not by text."""
+    return tuple(int(x) if x.isdigit() else -1 for x in text.split("."))
+
+
+def build_image(cmd: list[str], log: Path, failure: Callable[[Path, str], str]) -> None:
+    """Run a `docker build` line with BuildKit, its output going to `log` (folder made as needed).
+
+    When it fails, raise EnvironmentProblem worded by `failure(log, tail)`, `tail` being the log's last
+    12 lines.
+    """
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as fh:
+        proc = subprocess.run(
+            cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "DOCKER_BUILDKIT": "1"}
+        )
+    if proc.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-12:])
+        raise EnvironmentProblem(failure(log, tail))
+
+
+class DockerBackend:
+    """Builds cells in containers made from docker/cuda-builder.Dockerfile."""
+
+    name = "docker"
+
+    def __init__(
+        self, project: Project, docker: str = DOCKER, base_images: dict[str, str] | None = None
+    ) -> None:
+        self.project = project
+        self.docker = docker
+        build = project.matrix.build
+        self.base_images = {**build.base_images, **(base_images or {})}  # --base-image wins
+        self.pip: PipOptions = pip_options(build.pip)
+        ca = build.extra_ca_bundle or (str(DEFAULT_CA) if DEFAULT_CA.exists() else None)
+        self.ca_bundle = project.path(ca) if ca else None
+        self.images: dict[str, str] = {}
+        self.bases: dict[str, str] = {}  # toolkit -> the base its builder image was made FROM
+        self.pip_args = self.pip.args
+        self.interpreter: str | None = None
+
+    # ---- images ----
+    def base_for(self, toolkit: Toolkit) -> tuple[str, str]:
+        """(base image, CUDA_FROM) for a toolkit: --base-image / build.base_images, then with `local_base` the
+        local bookworm base (CUDA >= 13 from PyPI) or a local stand-in of the devel image (CUDA 12.4), else
+        the compat table's `nvidia/cuda:<ver>-devel` image."""
+        if str(toolkit) in self.base_images:
+            return self.base_images[str(toolkit)], "base"
+        if self.project.matrix.build.local_base:
+            if toolkit.major >= 13:
+                return LOCAL_BASE, "pypi"
+            standin = standin_for(toolkit.version)
+            if standin is None:
+                raise EnvironmentProblem(
+                    f"{toolkit}: PyPI's CUDA {toolkit.major} wheels carry no nvcc and there is no local stand-in "
+                    f"for it (only CUDA {', '.join(sorted(STANDINS))}): set build.base_images.{toolkit} "
+                    f"or pass --base-image {toolkit}=nvidia/cuda:<{toolkit.version}.x>-devel-ubuntu22.04"
+                )
+            return standin.tag, "base"
+        row = self.project.compat.cuda_toolkit(toolkit.version)
+        if row is None or not row.devel_image:
+            raise EnvironmentProblem(f"no base image known for {toolkit}: set build.base_images.{toolkit}")
+        return row.devel_image, "base"
+
+    def host_gcc(self, toolkit: Toolkit) -> str:
+        """HOST_GCC for the builder image: the newest gcc major the toolkit accepts (compat `max_gcc`)."""
+        row = self.project.compat.cuda_toolkit(toolkit.version)
+        return str(row.max_gcc) if row and row.max_gcc else ""
+
+    def builder_tag(self, toolkit: Toolkit, base: str, cuda_from: str) -> str:
+        text = (dockerfile_dir() / "cuda-builder.Dockerfile").read_bytes()
+        key = f"{base}|{cuda_from}|{toolkit.version}|{self.host_gcc(toolkit)}"
+        digest = hashlib.sha256(text + key.encode()).hexdigest()[:12]
+        return f"attnforge/cuda-builder:{toolkit.short}-{digest}"
+
+    def ensure_base(self, base: str, toolkit: Toolkit, view: ProgressView) -> None:
+        """Make a missing local base: the bookworm bootstrap, or the toolkit's CUDA stand-in on top of it."""
+        if image_id(base, docker=self.docker) is not None:
+            return
+        standin = standin_for(toolkit.version)
+        try:
+            if base == LOCAL_BASE:
+                view.log(f"bootstrapping the local base image {LOCAL_BASE} (debootstrap, ~1 min)")
+                res = bootstrap_debian_base(LOCAL_BASE, docker=self.docker)
+                view.log(f"{LOCAL_BASE}: created in {res.seconds} s")
+            elif standin is not None and base == standin.tag:
+                log = self.logs_dir() / f"standin-{toolkit.short}.log"
+                made = ensure_cuda_standin(
+                    toolkit.version, ca_bundle=self.ca_bundle, log_path=log, docker=self.docker, say=view.log
+                )
+                view.log(f"{made.tag}: created in {made.seconds} s (a stand-in, NOT an NVIDIA image)")
+        except BaseImageError as exc:
+            raise EnvironmentProblem(f"cannot make the local base image {base}: {exc}") from None
+
+    def logs_dir(self) -> Path:
+        return self.project.path(self.project.matrix.build.output_dir) / "logs"
+
+    def pinned(self, base: str, view: ProgressView) -> str:
+        """`name@digest` for a registry base that docker/bases.toml pins; other bases as they are (logged)."""
+        from attnforge.engine.base_images import is_local_name, load_bases
+
+        if "@" in base or is_local_name(base):
+            return base
+        rec = load_bases(dockerfile_dir() / "bases.toml").get(base)
+        if rec is not None and rec.kind == "registry" and rec.pin:
+            return f"{base}@{rec.pin}"
+        view.log(
+            f"base {base} is not digest-pinned in docker/bases.toml (`attnforge images bases --update {base}`)"
+        )
+        return base
+
+    def ensure_builder(self, toolkit: Toolkit, view: ProgressView) -> str:
+        base, cuda_from = self.base_for(toolkit)
+        problem = host_compiler_problem(toolkit, base, self.project.compat)
+        if problem is not None:
+            raise EnvironmentProblem(f"[{problem.rule}] {problem.message}")
+        self.ensure_base(base, toolkit, view)
+        base = self.pinned(base, view)
+        self.bases[str(toolkit)] = base
+        tag = self.builder_tag(toolkit, base, cuda_from)
+        if image_id(tag, docker=self.docker):
+            return tag
+        view.log(f"building builder image {tag} (base {base}, CUDA {toolkit.version} from {cuda_from})")
+        cmd = [
+            self.docker,
+            "build",
+            "-f",
+            str(dockerfile_dir() / "cuda-builder.Dockerfile"),
+            "--build-arg",
+            f"BASE_IMAGE={base}",
+            "--build-arg",
+            f"CUDA_FROM={cuda_from}",
+            "--build-arg",
+            f"CUDA_VERSION={toolkit.version}",
+            "--build-arg",
+            f"HOST_GCC={self.host_gcc(toolkit)}",
+            "--network",
+            "host",
+            "-t",
+            tag,
+        ]
+        if self.ca_bundle:
+            cmd += ["--secret", f"id=ca_bundle,src={self.ca_bundle}"]
+        cmd.append(str(dockerfile_dir()))
+        log = self.logs_dir() / f"builder-{toolkit.short}.log"
+        build_image(
+            cmd, log, lambda log, tail: f"building the {toolkit} builder image failed (log {log}):\n{tail}"
+        )
+        return tag
+
+    def prepare(self, cells: list[Cell], view: ProgressView) -> None:
+        for toolkit in sorted({c.toolkit for c in cells}, key=str):
+            if toolkit.kind != "cuda":
+                raise BuildError(
+                    f"{toolkit}: the docker backend builds CUDA cells; ROCm cells need docker/rocm-builder"
+                )
+            self.images[str(toolkit)] = self.ensure_builder(toolkit, view)
+        for py in sorted({c.python for c in cells}):
+            python_prefix(py)
+
+    def image_of(self, cell: Cell) -> dict[str, str | None]:
+        """The builder image a cell ran in and its base (for the manifest's `build`)."""
+        key = str(cell.toolkit)
+        return {"image": self.images.get(key), "base": self.bases.get(key)}
+
+    def identity(self) -> str:
+        ident: dict[str, object] = {"backend": "docker", "dockerfile": self._dockerfile_digest()}
+        if self.base_images:  # another base is another wheel (absent when unset: older hashes still hold)
+            ident["bases"] = self.base_images
+        return json.dumps(ident, sort_keys=True)
+
+    def _dockerfile_digest(self) -> str:
+        try:
+            return hashlib.sha256((dockerfile_dir() / "cuda-builder.Dockerfile").read_bytes()).hexdigest()[
+                :16
+            ]
+        except EnvironmentProblem:
+            return "missing"
+
+    # ---- running ----
+    def container_name(self, job: CellJob) -> str:
+        return "attnforge-" + hashlib.sha256(job.cell.id.encode()).hexdigest()[:16]
+
+    def run_command(self, job: CellJob) -> list[str]:
+        """The `docker run` line for a cell (exposed for --dry-run and tests)."""
+        cache = self.project.path(self.project.matrix.build.cache_dir)
+        prefix = python_prefix(job.cell.python)
+        mounts = [
+            f"{cache}:{cache}",
+            f"{BUILDER_DIR}:{BUILDER_MOUNT}/builder:ro",
+            f"{prefix}:{prefix}:ro",
+            f"{Path(job.spec.source.path).parent}:{Path(job.spec.source.path).parent}:ro",
+        ]
+        mounts += [f"{p}:{p}:ro" for p in self.pip.local_paths if p.exists()]
+        env = {
+            "PYTHONUNBUFFERED": "1",
+            "PATH": f"{prefix}/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "PIP_CONFIG_FILE": "/dev/null",
+        }
+        if self.ca_bundle:
+            mounts.append(f"{self.ca_bundle}:/run/secrets/ca_bundle:ro")
+            env |= {k: "/run/secrets/ca_bundle" for k in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")}
+        if job.memory_limit_gb is not None:
+            limit_gb = job.memory_limit_gb
+        else:
+            limit_gb = job.parallelism.job_memory_gb * (job.spec.max_jobs or 1) + 2.0
+            limit_gb = (
+                min(limit_gb, detect_machine().memory_available_gb) if job.parallelism.fits else limit_gb
+            )
+        memory = f"{int(limit_gb * GIB)}"
+        cmd = [self.docker, "run", "--rm", "--name", self.container_name(job), "--network", "host"]
+        cmd += ["--workdir", BUILDER_MOUNT]  # `python -m builder` finds the package there
+        cmd += ["--memory", memory, "--memory-swap", memory]  # no swap: an OOM kill, never thrashing
+        for m in mounts:
+            cmd += ["-v", m]
+        for k, v in sorted(env.items()):
+            cmd += ["-e", f"{k}={v}"]
+        cmd += [self.images.get(str(job.cell.toolkit), "attnforge/cuda-builder")]
+        cmd += [f"{prefix}/bin/python{job.cell.python}", "-m", "builder", "--spec", str(job.spec_path)]
+        return cmd
+
+    def run(self, job: CellJob, on_line: Callable[[str], None]) -> int:
+        proc = subprocess.Popen(
+            self.run_command(job), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        )
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                on_line(line)
+        finally:
+            code = proc.wait()
+        return code
+
+    def cancel(self, job: CellJob) -> None:
+        subprocess.run([self.docker, "kill", self.container_name(job)], capture_output=True, check=False)

@@ -1,0 +1,135 @@
+"""`attnforge serve`: the static index over HTTP with PEP 691 content negotiation on `Accept`.
+
+Each index folder holds `index.html` (PEP 503) and `index.json` (PEP 691); a request for the folder gets
+the one the client prefers: pip sends `application/vnd.pypi.simple.v1+json, ...+html;q=0.1,
+text/html;q=0.01` and receives JSON; a browser or an old client receives HTML. `?format=<type>`
+overrides Accept (PEP 691's optional query parameter). Everything else is served as plain files.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from functools import partial
+from http import HTTPStatus
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from attnforge.publish.index import HTML_TYPE, JSON_TYPE
+
+# (media type a client may ask for, file served, Content-Type answered), in the server's preference
+_CHOICES: list[tuple[str, str, str]] = [
+    (JSON_TYPE, "index.json", JSON_TYPE),
+    ("application/vnd.pypi.simple.latest+json", "index.json", JSON_TYPE),
+    (HTML_TYPE, "index.html", HTML_TYPE),
+    ("application/vnd.pypi.simple.latest+html", "index.html", HTML_TYPE),
+    ("text/html", "index.html", "text/html; charset=utf-8"),
+]
+
+
+def parse_accept(header: str | None) -> list[tuple[str, float]]:
+    """`a/b;q=0.5, c/d` -> [("a/b", 0.5), ("c/d", 1.0)] (parameters other than q ignored)."""
+    if not header or not header.strip():
+        return [("text/html", 1.0)]  # PEP 691: no Accept means the HTML API
+    out = []
+    for part in header.split(","):
+        fields = [f.strip() for f in part.split(";")]
+        media = fields[0].lower()
+        if not media:
+            continue
+        q = 1.0
+        for f in fields[1:]:
+            key, _, value = f.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = max(0.0, min(1.0, float(value)))
+                except ValueError:
+                    q = 0.0
+        out.append((media, q))
+    return out
+
+
+def negotiate(accept: str | None, available: set[str]) -> tuple[str, str] | None:
+    """(file, Content-Type) for an Accept header among the files present; None means 406."""
+    best: tuple[float, int, int] | None = None
+    chosen: tuple[str, str] | None = None
+    for pref, (media, filename, content_type) in enumerate(_CHOICES):
+        if filename not in available:
+            continue
+        for requested, q in parse_accept(accept):
+            if q <= 0:
+                continue
+            if requested == media:
+                specificity = 2
+            elif requested.endswith("/*") and media.startswith(requested[:-1]):
+                specificity = 1
+            elif requested == "*/*":
+                specificity = 0
+            else:
+                continue
+            # */* gets HTML (what a browser or curl expects); other matches follow our order (JSON first)
+            order = -pref if specificity else (-1 if filename == "index.html" else -2)
+            score = (q, specificity, order)
+            if best is None or score > best:
+                best, chosen = score, (filename, content_type)
+    return chosen
+
+
+class IndexHandler(SimpleHTTPRequestHandler):
+    """Serves an index folder read-only, negotiating folder pages."""
+
+    server_version = "attnforge-index"
+    log_sink: Callable[[str], None] = staticmethod(lambda m: print(m, file=sys.stderr, flush=True))
+
+    def send_head(self) -> Any:
+        parts = urlsplit(self.path)
+        local = Path(self.translate_path(parts.path))
+        if parts.path.endswith("/") and local.is_dir():
+            available = {n for n in ("index.json", "index.html") if (local / n).is_file()}
+            if "index.json" in available:
+                fmt = parse_qs(parts.query).get("format", [None])[0]
+                fmt = fmt.replace(" ", "+") if fmt else None  # an unescaped '+' arrives as a space
+                choice = negotiate(fmt or self.headers.get("Accept"), available)
+                if choice is None:
+                    self.send_error(
+                        HTTPStatus.NOT_ACCEPTABLE, "supported: " + ", ".join(c[0] for c in _CHOICES)
+                    )
+                    return None
+                filename, content_type = choice
+                return self._send_file(local / filename, content_type)
+        return super().send_head()
+
+    def _send_file(self, path: Path, content_type: str) -> Any:
+        try:
+            fh = path.open("rb")
+        except OSError:
+            self.send_error(HTTPStatus.NOT_FOUND, "not found")
+            return None
+        size = os.fstat(fh.fileno()).st_size
+        self._served = content_type
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(size))
+        self.send_header("Vary", "Accept")
+        self.send_header("Cache-Control", "max-age=60")
+        self.end_headers()
+        return fh
+
+    def log_message(self, format: str, *args: Any) -> None:
+        served = getattr(self, "_served", None)
+        type(self).log_sink(f"{self.address_string()} {format % args}" + (f" [{served}]" if served else ""))
+
+    def list_directory(self, path: Any) -> Any:
+        self.send_error(HTTPStatus.NOT_FOUND, "no index here")
+        return None
+
+
+def make_server(directory: Path, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
+    """A threaded server for `directory` (a path, followed per request, so a swapped index is seen)."""
+    handler = partial(IndexHandler, directory=os.fspath(directory))
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    return server

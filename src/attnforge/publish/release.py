@@ -1,0 +1,182 @@
+"""`attnforge publish --to NAME`: finalized wheels to a static index or an index server, behind gates.
+
+Gates, in order, before anything is written: every wheel has its manifest and matches it byte for
+byte; the destination's parity rule (`require_parity: true` needs `parity.passed == true`, unless
+`--skip-parity-gate`, which is logged loudly and recorded); no file name or version slot already
+published with other bytes (identical bytes are a no-op).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from attnforge.core.errors import AttnforgeError, ConfigurationError, PublishError
+from attnforge.matrix.destinations import Destination, ad_hoc, resolve_credentials
+from attnforge.publish.index import Bundle, PublishReport, StaticIndex, check_conflicts
+from attnforge.wheels.manifest import MANIFEST_SUFFIX, check_matches_wheel, manifest_path_for, read_manifest
+
+Log = Callable[[str], None]
+
+
+def _echo(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def _bundle(wheel: Path) -> Bundle:
+    mpath = manifest_path_for(wheel)
+    if not mpath.is_file():
+        raise PublishError(
+            f"{wheel.name}: no {mpath.name} beside it", hint="run `attnforge wheels finalize` first"
+        )
+    try:
+        data = read_manifest(mpath)
+    except AttnforgeError as exc:
+        raise PublishError(str(exc)) from None
+    if "finalize" not in data:
+        raise PublishError(f"{wheel.name}: not finalized", hint="run `attnforge wheels finalize` first")
+    check_matches_wheel(wheel, data)
+    if not data.get("variant"):
+        raise PublishError(f"{wheel.name}: manifest has no variant")
+    return Bundle(wheel=wheel, manifest=data)
+
+
+def collect_bundles(sources: Iterable[Path], exclude: Sequence[Path] = ()) -> list[Bundle]:
+    """Wheels named directly, or found under folders (skipping hidden folders and the index itself)."""
+    skip = [Path(os.path.abspath(p)) for p in exclude]
+    wheels: list[Path] = []
+    for src in sources:
+        if src.is_file():
+            wheels.append(src)
+            continue
+        if not src.is_dir():
+            raise ConfigurationError(f"{src}: no such wheel or folder")
+        for root, dirs, files in os.walk(src):
+            here = Path(os.path.abspath(root))
+            dirs[:] = sorted(
+                d for d in dirs if not d.startswith(".") and not any((here / d) == s for s in skip)
+            )
+            for f in sorted(files):
+                if f.endswith(".whl") and (here / (f + MANIFEST_SUFFIX)).is_file():
+                    wheels.append(here / f)
+    seen: set[Path] = set()
+    bundles = []
+    for w in wheels:
+        key = Path(os.path.abspath(w))
+        if key not in seen:
+            seen.add(key)
+            bundles.append(_bundle(w))
+    if not bundles:
+        raise PublishError("no finalized wheels found in " + ", ".join(str(s) for s in sources))
+    return bundles
+
+
+def default_sources(project: Any) -> list[Path]:
+    """The matrix's build output folder (`build.output_dir`, default `wheels/`)."""
+    try:
+        return [project.path(project.matrix.build.output_dir)]
+    except (AttributeError, AttnforgeError):
+        return [Path("wheels")] if Path("wheels").is_dir() else []
+
+
+def resolve_destination(project: Any, target: str) -> tuple[Destination, Path]:
+    """(destination, base folder for its relative paths) for `--to NAME | PATH | URL`."""
+    matrix_error: AttnforgeError | None = None
+    try:
+        configured = dict(project.matrix.destinations)
+        base = Path(project.root)
+    except AttnforgeError as exc:
+        configured, base, matrix_error = {}, Path.cwd(), exc
+    if target in configured:
+        raw = configured[target]
+        dest = raw if isinstance(raw, Destination) else Destination.model_validate(raw.model_dump())
+        return dest, base
+    adhoc = ad_hoc(target)
+    if adhoc is not None:
+        return adhoc, Path.cwd()
+    if matrix_error is not None:
+        raise ConfigurationError(f"--to {target}: {matrix_error}")
+    known = ", ".join(sorted(configured)) or "none defined"
+    raise ConfigurationError(f"--to {target}: no such destination in matrix.yaml (known: {known})")
+
+
+def apply_parity_gate(bundles: Sequence[Bundle], dest: Destination, label: str, skip: bool, log: Log) -> None:
+    """Mark each bundle's gate outcome; refuse the whole publish when one fails and the gate is on."""
+    failing = []
+    for b in bundles:
+        parity = b.manifest.get("parity") or {}
+        passed = isinstance(parity, dict) and parity.get("passed") is True
+        if passed:
+            b.gate = "passed"
+        elif dest.require_parity:
+            failing.append(b)
+            b.gate = "skipped"
+        else:
+            b.gate = "not-required"
+    if not failing:
+        return
+    names = ", ".join(b.filename for b in failing)
+    if not skip:
+        raise PublishError(
+            f"destination '{label}' requires a passed GPU parity run; without one: {names}; nothing was published",
+            hint="run the parity tests on a GPU (they write parity into the manifest), or --skip-parity-gate",
+        )
+    banner = "!" * 78
+    log(click.style(banner, fg="yellow", bold=True))
+    log(
+        click.style(
+            f"WARNING: --skip-parity-gate: publishing {len(failing)} wheel(s) to '{label}' WITHOUT a passed "
+            f"GPU parity run: {names}",
+            fg="yellow",
+            bold=True,
+        )
+    )
+    log(click.style(banner, fg="yellow", bold=True))
+
+
+def publish(
+    bundles: Sequence[Bundle],
+    dest: Destination,
+    label: str,
+    base: Path,
+    *,
+    skip_parity_gate: bool = False,
+    dry_run: bool = False,
+    log: Log = _echo,
+) -> PublishReport:
+    """Publish finalized wheels to one destination (see the module docstring)."""
+    apply_parity_gate(bundles, dest, label, skip_parity_gate, log)
+    if dest.kind == "static":
+        assert dest.path is not None
+        root = Path(dest.path)
+        index = StaticIndex(root if root.is_absolute() else base / root)
+        if dry_run:
+            current = {f: r.sha256 for f, r in index.records().items()}
+            new, unchanged = check_conflicts(current, [(b.filename, b.sha256) for b in bundles])
+            report = PublishReport(destination=str(index.root), unchanged=unchanged)
+            report.notes.append("dry run: would add " + (", ".join(new) or "nothing"))
+            return report
+        return index.publish(bundles)
+    if dest.kind == "pypiserver":
+        from attnforge.publish.upload import publish_to_server
+
+        assert dest.url is not None
+        creds = resolve_credentials(dest, base)
+        return publish_to_server(dest.url, creds, bundles, log, dry_run=dry_run)
+    raise ConfigurationError(f"destination '{label}' is a {dest.kind}: wheels go to 'static' or 'pypiserver'")
+
+
+def print_report(report: PublishReport, log: Log = _echo) -> None:
+    """One line per wheel, then a summary."""
+    for f in report.added:
+        extra = "  (parity gate SKIPPED)" if f in report.skipped_gate else ""
+        log(f"added      {f}{extra}")
+    for f in report.unchanged:
+        log(f"unchanged  {f}")
+    for n in report.notes:
+        log(n)
+    log(f"{report.destination}: {len(report.added)} added, {len(report.unchanged)} already there")
