@@ -258,8 +258,9 @@ def lint(session: nox.Session) -> None:
 
 
 def _lint(session: nox.Session) -> None:
-    session.run("ruff", "check", "src", "tests", "noxfile.py")
-    session.run("ruff", "format", "--check", "src", "tests", "noxfile.py")
+    session.run("ruff", "check", "src", "tests", "benchmarks", "scripts", "noxfile.py")
+    session.run("ruff", "format", "--check", "src", "tests", "benchmarks", "scripts", "noxfile.py")
+    session.run("lint-imports")  # the layer contracts in pyproject.toml [tool.importlinter]
     # mypy follows the locked torch's own types; its cache lives outside the checkout so a fresh clone on the
     # same machine rechecks only what changed (about 2 min of CPU cold, seconds warm)
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "attnforge" / "mypy"
