@@ -13,7 +13,15 @@ import torch
 
 from attnforge import reference as R
 from attnforge.parity.cases import Case
-from attnforge.parity.flash import DTYPES, Inputs, _grads, _leaf, _lens, _refs, _result
+from attnforge.parity.flash_tensors import (
+    DTYPES,
+    Inputs,
+    autograd_grads,
+    case_result,
+    fresh_leaf,
+    reference_outputs,
+    varlen_lengths,
+)
 from attnforge.parity.parity_report import FAILED, PASSED, SKIPPED, Result
 from attnforge.parity.tolerance import BWD_FACTOR, FWD_FACTOR, check
 
@@ -66,7 +74,7 @@ def _expected_error(fa3: Any, c: Case, device: str, seed: int) -> list[Result]:
     try:
         if c.kernel == "func":
             inp = _inputs(c, device, seed)
-            q, k, v = (_leaf(t, grad) for t in (inp.q, inp.k, inp.v))
+            q, k, v = (fresh_leaf(t, grad) for t in (inp.q, inp.k, inp.v))
             out = _call(fa3, c, q, k, v)
             if grad:
                 out.backward(inp.g)
@@ -102,16 +110,16 @@ def _run(fa3: Any, c: Case, device: str, seed: int) -> list[Result]:
     grad = c.backward and c.skip_bwd is None
     bias_kw: dict[str, Any] = {}
     notes: dict[str, Any] = {"note": c.note} if c.note else {}
-    q, k, v = (_leaf(t, grad) for t in (inp.q, inp.k, inp.v))
+    q, k, v = (fresh_leaf(t, grad) for t in (inp.q, inp.k, inp.v))
     if c.kernel == "func":
         out = _call(fa3, c, q, k, v)
         leaves = [q, k, v]
     elif c.kernel == "varlen":
-        q_lens, k_lens = _lens(c.b, c.sq, seed), _lens(c.b, c.sk, seed + 1)
+        q_lens, k_lens = varlen_lengths(c.b, c.sq, seed), varlen_lengths(c.b, c.sk, seed + 1)
         q_pad, k_pad = R.pad_mask_from_lens(q_lens, c.sq, device), R.pad_mask_from_lens(k_lens, c.sk, device)
         (qu, cu_q, max_q), (ku, cu_k, max_k) = R.unpad(inp.q, q_pad), R.unpad(inp.k, k_pad)
         vu = R.unpad(inp.v, k_pad)[0]
-        qu, ku, vu = _leaf(qu, grad), _leaf(ku, grad), _leaf(vu, grad)
+        qu, ku, vu = fresh_leaf(qu, grad), fresh_leaf(ku, grad), fresh_leaf(vu, grad)
         res = fa3.flash_attn_varlen_func(
             qu, ku, vu, cu_q, cu_k, max_q, max_k, causal=c.causal, window_size=c.window, softcap=c.softcap
         )
@@ -123,28 +131,28 @@ def _run(fa3: Any, c: Case, device: str, seed: int) -> list[Result]:
     else:
         raise ValueError(f"unknown FA3 kernel {c.kernel}")
     ref_in = [t.to(torch.bfloat16) if c.dtype == "fp8" else t for t in (inp.q, inp.k, inp.v)]
-    ref, pt, ref_leaves = _refs(c, ref_in[0], ref_in[1], ref_in[2], grad, **bias_kw)
-    results = [_result(c, "fwd", [check("out", out, ref[0], pt[0], FWD_FACTOR)], True, "", notes, SUITE)]
+    ref, pt, ref_leaves = reference_outputs(c, ref_in[0], ref_in[1], ref_in[2], grad, **bias_kw)
+    results = [case_result(c, "fwd", [check("out", out, ref[0], pt[0], FWD_FACTOR)], True, "", notes, SUITE)]
     if not c.backward:
         return results
     if c.skip_bwd:
         return results + [Result(SUITE, c.kernel_name + ":bwd", c.dtype, c.shape, SKIPPED, reason=c.skip_bwd)]
     g = inp.g
     if c.kernel == "varlen":
-        grads = _grads(out_u, leaves, R.unpad(g, bias_kw["q_pad"])[0])
+        grads = autograd_grads(out_u, leaves, R.unpad(g, bias_kw["q_pad"])[0])
         grads = [
             R.repad(grads[0], bias_kw["q_pad"]),
             R.repad(grads[1], bias_kw["k_pad"]),
             R.repad(grads[2], bias_kw["k_pad"]),
         ]
     else:
-        grads = _grads(out, leaves, g)
-    g_ref, g_pt = _grads(ref[0], ref_leaves[0], g), _grads(pt[0], ref_leaves[1], g)
+        grads = autograd_grads(out, leaves, g)
+    g_ref, g_pt = autograd_grads(ref[0], ref_leaves[0], g), autograd_grads(pt[0], ref_leaves[1], g)
     checks = [
         check(n, a, b, p, BWD_FACTOR)
         for n, a, b, p in zip(("dq", "dk", "dv"), grads, g_ref, g_pt, strict=True)
     ]
-    return results + [_result(c, "bwd", checks, True, "", {}, SUITE)]
+    return results + [case_result(c, "bwd", checks, True, "", {}, SUITE)]
 
 
 def _kvcache(fa3: Any, c: Case, device: str, seed: int) -> list[Result]:
@@ -214,4 +222,4 @@ def _kvcache(fa3: Any, c: Case, device: str, seed: int) -> list[Result]:
     fwd = check("out", out, outs[0], outs[1], FWD_FACTOR)
     what = "new K/V not written into the cache" if c.append else "the cache changed in a call without new K/V"
     notes = {"cache_as_expected": cache_ok, "cache_seqlens": lens}
-    return [_result(c, "fwd", [fwd], cache_ok, "" if cache_ok else what, notes, SUITE)]
+    return [case_result(c, "fwd", [fwd], cache_ok, "" if cache_ok else what, notes, SUITE)]

@@ -12,62 +12,20 @@ import torch
 
 from attnforge import reference as R
 from attnforge.parity.cases import Case
+from attnforge.parity.flash_tensors import (
+    DTYPES,
+    SUITE,
+    Inputs,
+    autograd_grads,
+    case_result,
+    fresh_leaf,
+    reference_outputs,
+    varlen_lengths,
+)
 from attnforge.parity.parity_report import FAILED, PASSED, SKIPPED, Result
-from attnforge.parity.tolerance import BWD_FACTOR, FWD_FACTOR, Check, check, worst
+from attnforge.parity.tolerance import BWD_FACTOR, FWD_FACTOR, check
 
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-SUITE = "flash_attn"
 DROPOUT_TOL = 0.01
-
-
-class Inputs:
-    """Random inputs of one case (fresh draws per case), in flash-attn's (b, s, h, d) layout."""
-
-    def __init__(self, c: Case, device: str, seed: int) -> None:
-        g = torch.Generator(device="cpu").manual_seed(seed)
-        dt = DTYPES[c.dtype]
-
-        def rnd(*shape: int) -> torch.Tensor:
-            return torch.randn(*shape, generator=g).to(device=device, dtype=dt)
-
-        dv = c.dv or c.d
-        self.q = rnd(c.b, c.sq, c.hq, c.d)
-        self.k = rnd(c.b, c.sk, c.hk, c.d)
-        self.v = rnd(c.b, c.sk, c.hk, dv)
-        self.g = rnd(c.b, c.sq, c.hq, dv)
-        self.slopes = (torch.rand(c.b, c.hq, generator=g) * 0.3).to(device=device) if c.alibi else None
-
-
-def _grads(out: torch.Tensor, leaves: list[torch.Tensor], g: torch.Tensor) -> list[torch.Tensor]:
-    return list(torch.autograd.grad(out, leaves, g))
-
-
-def _leaf(t: torch.Tensor, grad: bool) -> torch.Tensor:
-    return t.detach().clone().requires_grad_(grad)
-
-
-def _refs(
-    c: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad: bool, **kw: Any
-) -> tuple[list[torch.Tensor], list[torch.Tensor], list[list[torch.Tensor]]]:
-    """(fp32 ref outputs, torch low-precision outputs, leaves [ref, pt]) for the same inputs."""
-    outs: list[torch.Tensor] = []
-    leaves: list[list[torch.Tensor]] = []
-    for upcast in (True, False):
-        lq, lk, lv = _leaf(q, grad), _leaf(k, grad), _leaf(v, grad)
-        o, _ = R.attention_ref(
-            lq,
-            lk,
-            lv,
-            causal=c.causal,
-            window=c.window,
-            softcap=c.softcap,
-            upcast=upcast,
-            reorder_ops=not upcast,
-            **kw,
-        )
-        outs.append(o)
-        leaves.append([lq, lk, lv])
-    return [outs[0]], [outs[1]], leaves
 
 
 def run_case(fa: Any, c: Case, device: str = "cuda", seed: int = 0) -> list[Result]:
@@ -93,81 +51,10 @@ def run_case(fa: Any, c: Case, device: str = "cuda", seed: int = 0) -> list[Resu
     return results
 
 
-def run_case_isolated(
-    c: Case, seed: int = 0, python: str | None = None, timeout_s: float = 300
-) -> list[Result]:
-    """``run_case`` in a child process (``attnforge.parity.flash_child``): a crash fails this case only."""
-    import dataclasses
-    import json
-    import os
-    import signal
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from attnforge.parity.flash_child import PREFIX
-
-    env = dict(os.environ)
-    src = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
-    cmd = [
-        python or sys.executable,
-        "-m",
-        "attnforge.parity.flash_child",
-        json.dumps(dataclasses.asdict(c)),
-        str(seed),
-    ]
-    suite = "flash_attn_3" if c.impl == "fa3" else SUITE
-    name = (
-        c.kernel_name
-        + (":bwd" if c.expect_error_in == "bwd" else ":fwd")
-        + (":expect-error" if c.expect_error else "")
-    )
-    t0 = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-    except subprocess.TimeoutExpired:
-        return [Result(suite, name, c.dtype, c.shape, FAILED, reason=f"hung for more than {timeout_s:.0f} s")]
-    dt = time.perf_counter() - t0
-    for line in p.stdout.splitlines():
-        if line.startswith(PREFIX):
-            return [Result(**r, seconds=dt) for r in json.loads(line[len(PREFIX) :])]
-    if p.returncode < 0:
-        try:
-            sig = signal.Signals(-p.returncode).name
-        except ValueError:
-            sig = f"signal {-p.returncode}"
-        what = "instead of raising a clear error" if c.expect_error else ""
-        return [
-            Result(
-                suite,
-                name,
-                c.dtype,
-                c.shape,
-                FAILED,
-                seconds=dt,
-                reason=f"the process died with {sig} {what}".strip(),
-                details={"stderr_tail": p.stderr[-2000:]},
-            )
-        ]
-    return [
-        Result(
-            suite,
-            name,
-            c.dtype,
-            c.shape,
-            FAILED,
-            seconds=dt,
-            reason=f"child exited {p.returncode} without a result",
-            details={"stderr_tail": p.stderr[-2000:]},
-        )
-    ]
-
-
 def _expected_error(fa: Any, c: Case, device: str, seed: int) -> list[Result]:
     inp = Inputs(c, device, seed)
     grad = c.expect_error_in == "bwd"
-    q, k, v = _leaf(inp.q, grad), _leaf(inp.k, grad), _leaf(inp.v, grad)
+    q, k, v = fresh_leaf(inp.q, grad), fresh_leaf(inp.k, grad), fresh_leaf(inp.v, grad)
     name = c.kernel_name + (":bwd" if grad else ":fwd") + ":expect-error"
     try:
         out = fa.flash_attn_func(
@@ -216,7 +103,7 @@ def _run(fa: Any, c: Case, device: str, seed: int) -> list[Result]:
     notes: dict[str, Any] = {}
     extra_ok = True
     extra_reason = ""
-    q, k, v = _leaf(inp.q, grad), _leaf(inp.k, grad), _leaf(inp.v, grad)
+    q, k, v = fresh_leaf(inp.q, grad), fresh_leaf(inp.k, grad), fresh_leaf(inp.v, grad)
     if c.kernel == "func":
         res = fa.flash_attn_func(
             q,
@@ -253,14 +140,14 @@ def _run(fa: Any, c: Case, device: str, seed: int) -> list[Result]:
         out = fa.flash_attn_qkvpacked_func(qkv, causal=c.causal, window_size=c.window, softcap=c.softcap)
         leaves = [qkv]
     elif c.kernel == "varlen":
-        q_lens = _lens(c.b, c.sq, seed)
-        k_lens = _lens(c.b, c.sk, seed + 1)
+        q_lens = varlen_lengths(c.b, c.sq, seed)
+        k_lens = varlen_lengths(c.b, c.sk, seed + 1)
         q_pad = R.pad_mask_from_lens(q_lens, c.sq, device)
         k_pad = R.pad_mask_from_lens(k_lens, c.sk, device)
         qu, cu_q, max_q = R.unpad(inp.q, q_pad)
         ku, cu_k, max_k = R.unpad(inp.k, k_pad)
         vu, _, _ = R.unpad(inp.v, k_pad)
-        qu, ku, vu = _leaf(qu, grad), _leaf(ku, grad), _leaf(vu, grad)
+        qu, ku, vu = fresh_leaf(qu, grad), fresh_leaf(ku, grad), fresh_leaf(vu, grad)
         out_u = fa.flash_attn_varlen_func(
             qu,
             ku,
@@ -279,9 +166,9 @@ def _run(fa: Any, c: Case, device: str, seed: int) -> list[Result]:
         notes = {"q_lens": q_lens, "k_lens": k_lens}
     else:
         raise ValueError(f"unknown kernel {c.kernel}")
-    ref, pt, ref_leaves = _refs(c, inp.q, inp.k, inp.v, grad, **bias_kw)
+    ref, pt, ref_leaves = reference_outputs(c, inp.q, inp.k, inp.v, grad, **bias_kw)
     fwd = check("out", out, ref[0], pt[0], FWD_FACTOR)
-    results = [_result(c, "fwd", [fwd], extra_ok, extra_reason, notes)]
+    results = [case_result(c, "fwd", [fwd], extra_ok, extra_reason, notes)]
     if not c.backward:
         return results
     if c.skip_bwd:
@@ -290,23 +177,23 @@ def _run(fa: Any, c: Case, device: str, seed: int) -> list[Result]:
     g = inp.g
     if c.kernel == "varlen":
         g_u, _, _ = R.unpad(g, bias_kw["q_pad"])
-        grads = _grads(out_u, leaves, g_u)
+        grads = autograd_grads(out_u, leaves, g_u)
         grads = [
             R.repad(grads[0], bias_kw["q_pad"]),
             R.repad(grads[1], bias_kw["k_pad"]),
             R.repad(grads[2], bias_kw["k_pad"]),
         ]
     elif c.kernel == "qkvpacked":
-        grads = list(_grads(out, leaves, g)[0].unbind(2))
+        grads = list(autograd_grads(out, leaves, g)[0].unbind(2))
     else:
-        grads = _grads(out, leaves, g)
-    g_ref = _grads(ref[0], ref_leaves[0], g)
-    g_pt = _grads(pt[0], ref_leaves[1], g)
+        grads = autograd_grads(out, leaves, g)
+    g_ref = autograd_grads(ref[0], ref_leaves[0], g)
+    g_pt = autograd_grads(pt[0], ref_leaves[1], g)
     checks = [
         check(n, a, b, p, BWD_FACTOR)
         for n, a, b, p in zip(("dq", "dk", "dv"), grads, g_ref, g_pt, strict=True)
     ]
-    results.append(_result(c, "bwd", checks, True, "", {}))
+    results.append(case_result(c, "bwd", checks, True, "", {}))
     return results
 
 
@@ -320,49 +207,6 @@ def _dropout_reproducible(fa: Any, c: Case, inp: Inputs) -> dict[str, Any]:
         "same_seed_same_output": bool(torch.equal(outs[0], outs[1])),
         "other_seed_other_output": not bool(torch.equal(outs[0], outs[2])),
     }
-
-
-def _lens(b: int, max_len: int, seed: int) -> list[int]:
-    g = torch.Generator().manual_seed(seed)
-    lens = torch.randint(max(1, max_len // 3), max_len + 1, (b,), generator=g).tolist()
-    lens[0] = max_len  # one full-length sequence
-    return [int(x) for x in lens]
-
-
-def _result(
-    c: Case,
-    pass_: str,
-    checks: list[Check],
-    extra_ok: bool,
-    extra_reason: str,
-    notes: dict[str, Any],
-    suite: str = SUITE,
-) -> Result:
-    w = worst(checks)
-    ok = all(x.ok for x in checks) and extra_ok
-    reason = (
-        ""
-        if ok
-        else (
-            extra_reason
-            or f"{w.name}: max_err {w.max_err:.3g} > bound {w.bound:.3g} "
-            f"({w.factor:g} x torch {w.torch_err:.3g} + eps {w.eps:.2g})"
-        )
-    )
-    details: dict[str, Any] = {
-        x.name: {"max_err": x.max_err, "torch_err": x.torch_err, "ratio": x.ratio} for x in checks
-    } | notes
-    return Result(
-        suite,
-        f"{c.kernel_name}:{pass_}",
-        c.dtype,
-        c.shape,
-        PASSED if ok else FAILED,
-        max_err=w.max_err,
-        ratio_vs_torch=w.ratio,
-        reason=reason,
-        details=details,
-    )
 
 
 def _kvcache(fa: Any, c: Case, device: str, seed: int) -> list[Result]:
@@ -433,5 +277,7 @@ def _kvcache(fa: Any, c: Case, device: str, seed: int) -> list[Result]:
     fwd = check("out", out, outs[0], outs[1], FWD_FACTOR)
     notes = {"cache_updated_in_place": cache_ok, "cache_seqlens": seqlens.tolist()}
     return [
-        _result(c, "fwd", [fwd], cache_ok, "" if cache_ok else "new K/V not written into the cache", notes)
+        case_result(
+            c, "fwd", [fwd], cache_ok, "" if cache_ok else "new K/V not written into the cache", notes
+        )
     ]

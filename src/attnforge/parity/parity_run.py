@@ -104,7 +104,8 @@ def run(args: argparse.Namespace) -> tuple[Report, int]:
         if fa is None:
             report.add(Result("flash_attn", "flash_attn", "-", "-", SKIPPED, reason=fa_why))
         else:
-            from attnforge.parity.flash import run_case, run_case_isolated
+            from attnforge.parity.flash import run_case
+            from attnforge.parity.flash_child import run_case_isolated
 
             todo = C.flash_cases(prof, quick=args.quick)
             log(f"flash_attn {full_version}: {len(todo)} cases; profile {prof.describe()}")
@@ -165,7 +166,7 @@ def _run_fa3(
         return
     from attnforge.parity import fa3cases
     from attnforge.parity.fa3 import run_case
-    from attnforge.parity.flash import run_case_isolated
+    from attnforge.parity.flash_child import run_case_isolated
 
     todo = fa3cases.fa3_cases(prof, quick=args.quick)
     log(f"flash_attn_3 {version}: {len(todo)} cases; profile {prof.describe()}")
