@@ -1,9 +1,9 @@
-"""Helpers of scripts/gpu-hold.sh that need attnforge or JSON (run on the GPU machine).
+"""Helpers of scripts/remote-gpu-run.sh that need attnforge or JSON (run on the remote GPU host).
 
-python3 scripts/gpu_hold_report.py key PYTHON PROFILE
+python3 scripts/remote_gpu_report.py key PYTHON PROFILE
     the kernel-set key of the env cell `attnforge build --python PYTHON --profile PROFILE --arch sm_90`
     makes (where carried kernel objects must be unpacked to be found)
-python3 scripts/gpu_hold_report.py cross-torch MANIFEST OBJECTS_MANIFEST PARITY_RC
+python3 scripts/remote_gpu_report.py cross-torch MANIFEST OBJECTS_MANIFEST PARITY_RC
     reports/gpu/cross_torch.json: the wheel, the torch it was bound against, what compiled and what was
     reused, which machine and torch the reused objects came from, the parity verdict
 """
@@ -30,8 +30,8 @@ def cross_torch_report(manifest_path: Path, objects_manifest: Path, parity_rc: i
     parity = json.loads(parity_file.read_text()) if parity_file.is_file() else {}
     build = manifest["build"]
     return {
-        "command": "bash scripts/gpu-hold.sh start cross-torch "
-        f"(HOLD_CROSS_PROFILE={manifest['inputs']['profile']})",
+        "command": "bash scripts/remote-gpu-run.sh start cross-torch "
+        f"(GPU_RUN_CROSS_PROFILE={manifest['inputs']['profile']})",
         "wheel": manifest_path.name.removesuffix(".manifest.json"),
         "kernel_set_key": manifest.get("kernel_set_key"),
         "torch_build": build.get("torch_build"),
