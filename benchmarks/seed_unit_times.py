@@ -1,9 +1,9 @@
 """Merge a machine's measured unit times into the packaged seed (`src/attnforge/data/unit_times.json`), as
 that machine's rows; rows of the same key and machine are replaced, other machines' rows kept. The times
 come from the machine's table (`<cache>/unit_times.json`, written by every build) or from one wheel's
-manifest (`build.unit_times`, what comes back from a GPU hold).
+manifest (`build.unit_times` of a GPU build).
 
-    python benchmarks/seed_unit_times.py --machine h100-16c-s8 --source "H100 full profile, session 8" \
+    python benchmarks/seed_unit_times.py --machine h100-16c-s8 --source "H100 full profile, reports/gpu/run-h100-s8" \
         --manifest reports/gpu/run-h100-s8/flash_attn-2.8.3+cu130torch2.11cxx11abiTRUE-...whl.manifest.json
 """
 

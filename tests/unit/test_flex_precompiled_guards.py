@@ -45,7 +45,7 @@ class Q:
 
 
 def _guarded(pre: object) -> object:
-    from attnforge.flex.runtime import _Guarded
+    from attnforge.flex.runtime.loader import _Guarded
 
     spec = {"name": "v", "dtype": "bf16", "heads_q": 4, "heads_kv": 4, "seq_len": 256, "head_dim": 64}
     return _Guarded(FakeCall(), spec, None, pre)

@@ -2,7 +2,7 @@
 
 A C++ exception thrown by torch (TORCH_CHECK in libc10) must unwind through code this compiler built and
 reach Python as RuntimeError: that is how a flash-attn wheel reports a head dim or dtype it was built
-without. Seen on a GPU machine: a gcc wrapper in /opt/gcc (named by CC/CXX) that links its own crt files
+without. Seen on an H100 host: a gcc wrapper in /opt/gcc (named by CC/CXX) that links its own crt files
 made every such exception a SIGSEGV, and AOTInductor packages crashed on load the same way. So the
 compiler is probed (``CXX_PROBE``) before it builds anything, and a failing one is replaced by a fallback.
 """

@@ -1,5 +1,5 @@
 """Kernel-level facts named once (`data/kernels.json`): import names, head dims, dtypes and the features a
-profile can compile out, per kernel. Standard library only (the parity suite reads it on GPU machines)."""
+profile can compile out, per kernel. Standard library only (the parity suite reads it on GPU hosts)."""
 
 from __future__ import annotations
 

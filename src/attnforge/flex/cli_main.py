@@ -1,5 +1,5 @@
 """``python -m attnforge.flex.cli_main build ...``: the Flex builder without click or pydantic (for a bare
-GPU machine); ``attnforge flex build`` is the same with matrix.yaml and full spec validation."""
+GPU host that has torch but not attnforge's dependencies); ``attnforge flex build`` is the same with matrix.yaml and full spec validation."""
 
 from __future__ import annotations
 

@@ -29,6 +29,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from attnforge.flex.variant import FlexVariant, split_heads
+
 DTYPE_NAMES = {
     "bfloat16": "bf16",
     "bf16": "bf16",
@@ -64,16 +66,6 @@ def _dtype(value: Any, where: str) -> str:
     if name not in DTYPE_NAMES:
         raise ValueError(f"{where}: dtype {value!r} is not one of {sorted(DTYPE_NAMES)}")
     return DTYPE_NAMES[name]
-
-
-def split_heads(data: Any) -> Any:
-    """A declaration's ``heads: {q: 32, kv: 8}`` as ``heads_q``/``heads_kv`` (kv defaults to q)."""
-    if isinstance(data, dict) and isinstance(data.get("heads"), dict):
-        data = dict(data)
-        heads = data.pop("heads")
-        data.setdefault("heads_q", heads.get("q"))
-        data.setdefault("heads_kv", heads.get("kv", heads.get("q")))
-    return data
 
 
 class FlexClient(BaseModel):
@@ -125,8 +117,6 @@ class FlexClient(BaseModel):
             raise ValueError(
                 f"client {self.name}: a torch script has no model config; give heads and head_dim"
             )
-        from attnforge.flex.flex_spec import FlexVariant
-
         for d in self.expand():
             try:
                 FlexVariant.model_validate(d)

@@ -1,7 +1,7 @@
 """Fresh venvs that reuse a machine's torch, and installing the wheel under test into one. Stdlib only.
 
-``--system-site-packages`` alone is not enough when the machine's Python is itself a venv (the GPU machine's
-``/opt/torch/.venv``): the new venv would see the base interpreter's packages, not torch. A ``.pth`` file
+``--system-site-packages`` alone is not enough when the machine's Python is itself a venv (e.g. a
+GPU host whose torch lives in ``/opt/torch/.venv``): the new venv would see the base interpreter's packages, not torch. A ``.pth`` file
 naming the parent's site-packages fixes that; the parent stays read-only and packages installed into the new
 venv shadow the parent's.
 """

@@ -4,7 +4,7 @@ A precompiled function holds what a cold first call would produce (Dynamo's byte
 AOTAutograd forward *and* backward graphs, Inductor's kernels), so loading it skips tracing and every cache
 lookup. It is the fwd+bwd fallback where a variant's forward and backward AOTInductor packages
 (``attnforge.flex.aoti_train``) do not build; a Mega-Cache still re-traces with Dynamo. Loading imports torch's
-compile stack (about 2.5 s on the H100 machine), the floor of this path. Needs torch >= 2.10 (``aot_compile``);
+compile stack (about 2.5 s on a 16-core H100 host), the floor of this path. Needs torch >= 2.10 (``aot_compile``);
 ``supported()`` says whether this torch has it. Guards on shapes and dtypes are kept: a call with other
 inputs raises ``GuardMismatch`` and the caller compiles as usual.
 """

@@ -20,6 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import envkeys
+from .loader import attention
+from .manifest import read_manifest, variants, warn_once
+
 log = logging.getLogger("attnforge_flex")
 DTYPE_NAMES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
 
@@ -122,8 +126,6 @@ class Server:
         self.specs: list[dict[str, Any]] = []
         self.disabled = _unusable(artifacts)  # why nothing is served (warned once), or None
         if self.disabled is None:
-            from . import variants
-
             self.specs = [s for s in variants(artifacts).values() if not s.get("dynamic")]
         self._fns: dict[str, Any] = {}
         self._told: set[str] = set()
@@ -166,8 +168,6 @@ class Server:
             return None
         fn = self._fns.get(spec["name"])
         if fn is None:
-            from . import attention
-
             fn = self._fns[spec["name"]] = attention(spec["name"], self.artifacts, device=call.device)
         out = run_padded(fn, int(spec["seq_len"]), q, k, v)
         self.counts[str(fn.used)] += 1
@@ -192,17 +192,15 @@ def run_padded(fn: Any, length: int, q: Any, k: Any, v: Any) -> Any:
 def _unusable(artifacts: str | Path | None) -> str | None:
     """Why the artifacts cannot serve this process (missing, unreadable, another environment), warned once
     (``FlexCacheWarning``); None when they can."""
-    from . import _warn_once, envkeys, read_manifest
-
     try:
         data = read_manifest(artifacts)
     except (OSError, ValueError) as exc:
         why = f"no usable artifacts ({exc})"
-        _warn_once(why)
+        warn_once(why)
         return why
     diff = envkeys.mismatches(data["env"], envkeys.collect(str(data["env"].get("device", "cuda"))))
     if diff:
         why = "artifacts were built for another environment: " + "; ".join(diff)
-        _warn_once(why)
+        warn_once(why)
         return why
     return None
