@@ -1,2 +1,3 @@
-"""The user's side: which wheel fits this environment (`which`), does the installed one work (`doctor`),
-which image fits this host (`pull`), and the environment probe they share."""
+"""The user's side: which wheel of an index fits this environment (`which`), does the installed one work
+(`doctor`), which prebuilt image fits this host (`pull`).
+"""

@@ -1,2 +1,3 @@
-"""The matrix: matrix.yaml's schema and loader, the compat data and rules, cells and their names, target
-expansion (plan) and source pins (lock)."""
+"""The matrix: matrix.yaml's schema and loader, publish destinations, the compat data and rules, cells and
+their names, target expansion (`plan`), source pins (`source_lock`) and the project one command works on.
+"""

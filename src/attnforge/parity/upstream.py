@@ -1,4 +1,4 @@
-"""FlashAttention-3's own tests (``hopper/test_flash_attn.py`` of the pinned source), sampled to fit a GPU hold.
+"""FlashAttention-3's own tests (``hopper/test_flash_attn.py`` of the pinned source), sampled to fit a time budget.
 
 The test file, ``test_util.py`` and ``padding.py`` are read from the source archive (nothing else: the
 archive's ``flash_attn_interface.py`` must not shadow the installed wheel's). Upstream's tests adapt to a build

@@ -1,2 +1,4 @@
-"""Publishing finalized wheels: the static per-variant index, uploads to an index server, serving, and the
-gates (parity, no half-published state) in front of them."""
+"""Publishing finalized wheels: the static per-variant index (`index`), uploads to an index server
+(`upload`), a local index server (`index_server`), and the release with its gates (parity, no half-published
+state) in front of them (`release`). Destinations are matrix data (`matrix/destinations.py`).
+"""
