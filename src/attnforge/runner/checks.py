@@ -59,7 +59,9 @@ class CheckOptions:
     pythons: list[str] = field(default_factory=list)
     reserve_memory_gb: float = 2.0
     matrix_note: str = ""  # why there are no cells (no matrix), if so
-    cxx_probe: bool = False  # compile and run the C++ exception probe (about a minute; runner/compiler_check.py)
+    cxx_probe: bool = (
+        False  # compile and run the C++ exception probe (about a minute; runner/compiler_check.py)
+    )
 
 
 def driver_tuple(version: str) -> tuple[int, ...]:
@@ -312,12 +314,12 @@ def choose_jobs(host: Host, opts: CheckOptions) -> tuple[Check, Parallelism | No
     """MAX_JOBS/NVCC_THREADS the build engine would pick here, for the widest cell."""
     machine = host.machine()
     if not opts.cells:
-        par = choose_parallelism(machine, 1, 4.5, reserve_gb=opts.reserve_memory_gb)
-        return Check("resources", "pass", par.reason + " (no cells: 1 arch, 4.5 GiB per job assumed)"), par
+        par = choose_parallelism(machine, 1, reserve_gb=opts.reserve_memory_gb)
+        assumed = f"{par.job_memory_gb:g} GiB"
+        return Check("resources", "pass", par.reason + f" (no cells: 1 arch, {assumed} per job assumed)"), par
     widest = max(opts.cells, key=lambda c: (len(c.arches), c.id))
     table = JobMemoryTable(opts.cache_dir / "job_memory.json")
-    profile_class = "lean" if widest.profile_spec.disable else "full"
-    per_arch, source = table.per_arch_gb(str(widest.toolkit), profile_class)
+    per_arch, source = table.for_cell(widest)
     par = choose_parallelism(machine, len(widest.arches), per_arch, reserve_gb=opts.reserve_memory_gb)
     detail = f"{par.reason}; job size from {source} ({widest.id})"
     return Check("resources", "pass" if par.fits else "warn", detail), par
