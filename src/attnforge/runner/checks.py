@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from attnforge.core.arches import arch_label, arch_runs_on, cuda_label
+from attnforge.core.docker_cli import docker_executable
 from attnforge.engine.resources import JobMemoryTable, Parallelism, choose_parallelism
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.compat import CompatData
@@ -236,7 +237,7 @@ def check_kfd(host: Host, found: Discovery) -> list[Check]:
 def check_docker(host: Host, found: Discovery, opts: CheckOptions) -> list[Check]:
     """Engine and GPU container runtime; warnings unless --require-docker."""
     level = "fail" if opts.require_docker else "warn"
-    docker = host.which("docker")
+    docker = host.which(docker_executable(default="docker"))  # $ATTNFORGE_DOCKER, else docker on PATH
     if not docker:
         return [
             Check(
