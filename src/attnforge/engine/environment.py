@@ -12,6 +12,7 @@ from typing import Any
 
 from packaging.tags import compatible_tags, cpython_tags
 
+from attnforge.builder.toolkits import cuda_variant, rocm_variant
 from attnforge.core.errors import EnvironmentProblem
 from attnforge.engine import env_probe as probe
 
@@ -57,9 +58,9 @@ class Env:
         t = data.get("torch") or {}
         accel = None
         if t.get("cuda"):
-            accel = "cu" + "".join(str(t["cuda"]).split(".")[:2])
+            accel = cuda_variant(str(t["cuda"]))
         elif t.get("hip"):
-            accel = "rocm" + ".".join(str(t["hip"]).split(".")[:2])
+            accel = rocm_variant(str(t["hip"]))
         gpus = []
         for g in t.get("gpus") or []:
             if str(g.get("gcn_arch") or "").startswith("gfx"):

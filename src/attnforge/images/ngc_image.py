@@ -25,6 +25,7 @@ from typing import Any
 
 from attnforge.builder.files import sha256_file
 from attnforge.builder.spec import BuildSpec, Source
+from attnforge.builder.toolkits import cuda_variant
 from attnforge.core.docker_cli import Docker
 from attnforge.core.errors import BuildError, ConfigurationError, EnvironmentProblem
 from attnforge.engine.backends.env import environment_cell
@@ -133,7 +134,7 @@ def ngc_cell(template: Cell, facts: BaseFacts, row: NgcRelease, project: Project
     if env.accel is None:
         if not facts.standin:
             raise EnvironmentProblem(f"{image}: torch {facts.torch} is a CPU build, not an NGC PyTorch image")
-        env = replace(env, accel="cu" + "".join(row.cuda.split(".")[:2]))
+        env = replace(env, accel=cuda_variant(row.cuda))
     cell = environment_cell(project, env, template)
     return cell if facts.env.accel is not None else replace(cell, torch_variant="cpu")
 
