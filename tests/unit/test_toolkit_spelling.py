@@ -41,3 +41,14 @@ def test_call_sites_agree() -> None:
     assert "CUDA 12.8" in str(variant_mismatch("cu130", {"torch": "2.9.1", "cuda": "12.8"}))
     assert cuda_minor_compatible("cu131", "cu130") and not cuda_minor_compatible("cu130", "cu131")
     assert not cuda_minor_compatible("cu130", "cu128") and not cuda_minor_compatible("rocm6.4", "rocm6.4")
+
+
+def test_arch_facts_have_one_home() -> None:
+    from attnforge.client.pull import host_from_args
+    from attnforge.core.arches import arch_number, sm_of_compute_cap
+
+    assert sm_of_compute_cap("9.0") == "sm_90" and sm_of_compute_cap("12.0") == "sm_120"
+    env = Env.from_probe({"python": "3.12", "torch": {"cuda": "13.0", "gpus": [{"capability": [12, 0]}]}})
+    assert env.gpus == ("sm_120",)
+    assert [a for _, a in host_from_args(("9.0", "sm_100a"), None, None).gpus] == ["sm_90", "sm_100a"]
+    assert (arch_number("sm_90a"), arch_number("sm_100"), arch_number("gfx942")) == (90, 100, -1)

@@ -13,6 +13,7 @@ from typing import Any
 from packaging.tags import compatible_tags, cpython_tags
 
 from attnforge.builder.toolkits import cuda_variant, rocm_variant
+from attnforge.core.arches import sm_of_compute_cap
 from attnforge.core.errors import EnvironmentProblem
 from attnforge.engine import env_probe as probe
 
@@ -67,7 +68,7 @@ class Env:
                 gpus.append(str(g["gcn_arch"]).split(":")[0])
             else:
                 major, minor = g["capability"]
-                gpus.append(f"sm_{major}{minor}")
+                gpus.append(sm_of_compute_cap(f"{major}.{minor}"))
         glibc = None
         if data.get("glibc"):
             major, minor = str(data["glibc"]).split(".")[:2]

@@ -7,9 +7,10 @@ from dataclasses import dataclass, field, replace
 
 from attnforge.builder.patches import patch_exists
 from attnforge.builder.toolkits import cuda_variant
+from attnforge.core.arches import arch_number
 from attnforge.core.kernels import features as kernel_features
 from attnforge.matrix.cell import Cell, Toolkit
-from attnforge.matrix.compat import CompatData, KernelRelease, arch_number, parse_version
+from attnforge.matrix.compat import CompatData, KernelRelease, parse_version
 
 
 @dataclass(frozen=True)
