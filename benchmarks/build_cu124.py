@@ -34,9 +34,11 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))  # tests/integration/cudaelf.py: the cuobjdump reader lives with its test
+
+from tests.integration.cudaelf import find_cuobjdump, wheel_cuda_code  # noqa: E402
 
 from attnforge.engine.backends.cuda_standin import STANDINS  # noqa: E402
-from attnforge.wheels.cudaelf import find_cuobjdump, wheel_cuda_code  # noqa: E402
 
 CELLS = {
     "3.11": "flash-attn-2.8.3-cu124-torch2.6.0-cp311-abi0-sm80-sm90-fwd128-x86_64",

@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from attnforge.engine.backends.cuda_standin import STANDINS
-from attnforge.wheels.cudaelf import find_cuobjdump, wheel_cuda_code
+
+from .cudaelf import find_cuobjdump, wheel_cuda_code
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -38,7 +38,7 @@ from attnforge.builder.source import prepare_tree
 from attnforge.builder.spec import BuildSpec, Source
 from attnforge.builder.torchenv import variant_mismatch
 from attnforge.core.errors import EnvironmentProblem
-from attnforge.engine.backends.debian_base import bootstrap_debian_base, image_exists
+from attnforge.engine.backends.debian_base import bootstrap_debian_base, image_id
 from attnforge.engine.sources import _download as download
 from attnforge.matrix.source_lock import sdist_url
 
@@ -125,7 +125,7 @@ def builder_image() -> str:
     bootstrap_debian_base(BASE)
     digest = hashlib.sha256((ROOT / "docker" / "cuda-builder.Dockerfile").read_bytes()).hexdigest()[:12]
     tag = f"attnforge/cuda-builder:test-cu130-{digest}"
-    if image_exists(tag):
+    if image_id(tag) is not None:
         return tag
     cmd = [DOCKER, "build", "-f", str(ROOT / "docker" / "cuda-builder.Dockerfile"), "--network", "host"]
     cmd += [

@@ -271,7 +271,7 @@ def test_push_remove_pull_back_and_smoke(
         assert code == 0, err
         assert "all 6 tags pushed" in out and REG_PW not in out + err
         for img in built.images:
-            docker("rmi", *[f"{REPO}:{t}" for t in img.all_tags])
+            docker("rmi", *[f"{REPO}:{t}" for t in [img.tag, *img.aliases]])
             assert docker("image", "inspect", f"{REPO}:{img.tag}", check=False).returncode != 0
         base = ["pull", "--registry", reg.host, "--repository", REPO, "--username", REG_USER, "--smoke"]
         cases = [

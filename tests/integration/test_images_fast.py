@@ -135,7 +135,7 @@ def test_push_pull_back_and_smoke(
         assert code == 0, err
         assert "all 4 tags pushed" in out and REG_PW not in out + err
         for img in images.images:
-            docker("rmi", *[f"{REPO}:{t}" for t in img.all_tags])
+            docker("rmi", *[f"{REPO}:{t}" for t in [img.tag, *img.aliases]])
         base = [
             "pull",
             "--registry",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.core.kernels import all_dtypes, all_features, features, head_dims
+from attnforge.core.kernels import KERNELS, all_features, dtypes, features, head_dims
 from attnforge.matrix.cell import Cell, Toolkit
 from attnforge.matrix.compat import CompatData, load_compat
 from attnforge.matrix.file import parse_matrix
@@ -180,7 +180,7 @@ def test_names_from_a_manifest() -> None:
 
 def test_schema_vocabulary_is_kernels_json() -> None:
     assert typing.get_args(DisableFeature) == all_features()
-    assert set(typing.get_args(Dtype)) == set(all_dtypes())
+    assert set(typing.get_args(Dtype)) == {d for k in KERNELS for d in dtypes(k)}
     from attnforge.builder.knobs import FA3_FEATURES, FA3_HEAD_DIMS
 
     assert features("flash-attn-3") == FA3_FEATURES and head_dims("flash-attn-3") == FA3_HEAD_DIMS

@@ -36,8 +36,9 @@ from .importcheck import import_check, pure_wheel_check
 from .knobs import build_env, ccache_stats, cuda_home
 from .ninja import NinjaParser, count_ninja_units, unit_times
 from .objects import identity, save_kernel_objects, usable_prebuilt
+from .parallelism import auto_max_jobs
 from .patches import resolve_patches
-from .procs import auto_max_jobs, cgroup_oom_kills, stream, terminate_children
+from .procs import cgroup_oom_kills, stream, terminate_children
 from .report import Reporter, Stage
 from .source import archive_epoch, fetch_source, prepare_tree
 from .spec import BuildSpec

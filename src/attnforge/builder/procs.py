@@ -1,5 +1,5 @@
-"""Running the build's processes: streamed output, peak memory of the process tree, cgroup limits and
-kills, and MAX_JOBS from cores and memory."""
+"""Running the build's processes: streamed output, peak memory of the process tree, cgroup OOM kills
+(MAX_JOBS from cores and memory is `parallelism`'s)."""
 
 from __future__ import annotations
 
@@ -151,30 +151,3 @@ def cgroup_oom_kills() -> int:
                 if key == "oom_kill":
                     return int(value)
     return 0
-
-
-def cgroup_memory_limit_gb() -> float | None:
-    """The cgroup's memory limit in GiB, None when unlimited or unknown."""
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        with contextlib.suppress(OSError, ValueError):
-            raw = Path(path).read_text().strip()
-            if raw != "max" and int(raw) < (1 << 60):
-                return int(raw) / 1024**3
-    return None
-
-
-def auto_max_jobs(max_jobs: int | None, job_mem_gb: float) -> int:
-    """``max_jobs`` when given, else min(cores, available memory / job size)."""
-    if max_jobs:
-        return max(1, int(max_jobs))
-    cpus = os.cpu_count() or 1
-    avail_gb = 0.0
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                avail_gb = int(line.split()[1]) / 1024 / 1024
-    limit = cgroup_memory_limit_gb()
-    if limit:
-        avail_gb = min(avail_gb or limit, limit)
-    by_mem = int(avail_gb // float(job_mem_gb)) if avail_gb else cpus
-    return max(1, min(cpus, by_mem))

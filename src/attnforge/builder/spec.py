@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .exits import EXIT_CONFIG, BuildFailure
+from .parallelism import DEFAULT_JOB_GB
 
 SCHEMA = 2
 DEFAULT_REQUIREMENTS = ["setuptools>=77", "wheel", "packaging", "ninja"]
@@ -78,7 +79,7 @@ class BuildSpec:
     rocm_backend: str | None = None
     max_jobs: int | None = None
     nvcc_threads: int = 1
-    job_mem_gb: float = 4.5
+    job_mem_gb: float = DEFAULT_JOB_GB
     nvcc_append_flags: str | None = None
     ccache_dir: str | None = None
     source_date_epoch: int | None = None

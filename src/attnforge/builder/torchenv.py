@@ -16,6 +16,7 @@ from .files import file_lock
 from .procs import stream
 from .report import Reporter
 from .spec import BuildSpec
+from .toolkits import cuda_of_variant
 
 VENV_MARKER = ".attnforge-venv.json"
 
@@ -96,8 +97,8 @@ def torch_info(python: str) -> dict[str, Any]:
 def variant_mismatch(variant: str, info: dict[str, Any]) -> str | None:
     """A sentence when the installed torch is not the spec's variant (cu130, rocm6.4, cpu), else None."""
     cuda, hip = info.get("cuda"), info.get("hip")
-    if variant.startswith("cu") and variant[2:].isdigit():
-        want = f"{variant[2:-1]}.{variant[-1]}"
+    want = cuda_of_variant(variant)
+    if want is not None:
         if cuda != want:
             return f"torch {info['torch']} is built for CUDA {cuda}, the cell wants {variant} (CUDA {want})"
     elif variant == "cpu" and (cuda or hip):

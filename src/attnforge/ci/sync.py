@@ -18,10 +18,6 @@ class SyncResult:
     orphans: list[Path] = field(default_factory=list)  # generated earlier, no longer produced
     diff: str = ""
 
-    @property
-    def in_sync(self) -> bool:
-        return not self.stale and not self.orphans
-
 
 def _generated_files(folder: Path) -> list[Path]:
     if not folder.is_dir():

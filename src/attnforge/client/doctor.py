@@ -19,6 +19,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from attnforge.builder.toolkits import toolkit_variant
 from attnforge.core.arches import arch_runs_on
 from attnforge.core.kernels import import_names
 from attnforge.engine.environment import Env, run_probe
@@ -42,11 +43,7 @@ class Check:
 
 
 def _accel_of_toolkit(toolkit: str) -> str | None:
-    if toolkit.startswith("cuda"):
-        return "cu" + toolkit.removeprefix("cuda").replace(".", "")
-    if toolkit.startswith("rocm"):
-        return toolkit
-    return None
+    return toolkit_variant(toolkit)
 
 
 def diagnose(data: dict[str, Any], kernel: str = PROJECT) -> list[Check]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
+from attnforge.core.arches import sm_of_compute_cap
 from attnforge.images.registry import Registry
 from attnforge.images.tags import LABEL_PREFIX, is_alias, parse_tag
 from attnforge.matrix.compat import DriverFloor
@@ -66,7 +67,7 @@ def detect_host(nvidia_smi: str = "nvidia-smi") -> Host:
     for line in q.stdout.splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 3:
-            gpus.append((parts[0], "sm_" + parts[1].replace(".", "")))
+            gpus.append((parts[0], sm_of_compute_cap(parts[1])))
             driver = parts[2]
     head = subprocess.run([exe], capture_output=True, text=True, check=False).stdout
     m = re.search(r"CUDA Version:\s*([\d.]+)", head)
@@ -75,7 +76,7 @@ def detect_host(nvidia_smi: str = "nvidia-smi") -> Host:
 
 def host_from_args(gpu: tuple[str, ...], driver: str | None, cuda: str | None) -> Host:
     """A host described on the command line (choose for another machine)."""
-    gpus = [(f"--gpu {a}", a if a.startswith("sm_") else f"sm_{a.replace('.', '')}") for a in gpu]
+    gpus = [(f"--gpu {a}", a if a.startswith("sm_") else sm_of_compute_cap(a)) for a in gpu]
     return Host(gpus=gpus, driver=driver, cuda=cuda, source="given on the command line")
 
 

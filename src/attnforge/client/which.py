@@ -25,6 +25,7 @@ from urllib.parse import urljoin
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from attnforge.builder.toolkits import cuda_of_variant
 from attnforge.core.arches import arch_runs_on
 from attnforge.core.errors import ConfigurationError
 from attnforge.engine.environment import Env, interpreter_abis
@@ -257,11 +258,8 @@ def build_cell_for(
 
     if env.torch is None or env.accel is None or env.cxx11_abi is None:
         return None
-    if env.accel.startswith("cu"):
-        digits = env.accel[2:]
-        toolkit = Toolkit("cuda", f"{digits[:-1]}.{digits[-1]}")
-    else:
-        toolkit = Toolkit("rocm", env.accel[4:])
+    cuda = cuda_of_variant(env.accel)
+    toolkit = Toolkit("cuda", cuda) if cuda is not None else Toolkit("rocm", env.accel[4:])
     arches: tuple[str, ...] = tuple(sorted(set(env.gpus)))
     if near is not None and near.local is not None and near.local.stable_abi:
         arches = ()  # a fixed-arch kernel (FA3: sm_90a for an sm_90 GPU): take the nearest wheel's

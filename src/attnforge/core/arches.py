@@ -77,6 +77,13 @@ def sm_of_compute_cap(cap: str) -> str:
     return f"sm_{int(major)}{int(minor or 0)}"
 
 
+def arch_number(arch: str) -> int:
+    """sm_90a -> 90, sm_100 -> 100 (gfx arches -> -1)."""
+    if not arch.startswith("sm_"):
+        return -1
+    return int("".join(ch for ch in arch[3:] if ch.isdigit()))
+
+
 def arch_runs_on(compiled: str, device: str) -> bool:
     """Does code compiled for `compiled` run on a `device` GPU?
 

@@ -20,7 +20,14 @@ from typing import IO, Any
 
 from attnforge.core.errors import EnvironmentProblem
 
-DOCKER = os.environ.get("ATTNFORGE_DOCKER", "/usr/bin/docker")
+DOCKER_ENV = "ATTNFORGE_DOCKER"
+DEFAULT_DOCKER = "/usr/bin/docker"
+
+
+def docker_executable(default: str = DEFAULT_DOCKER) -> str:
+    """The docker CLI every attnforge command runs: $ATTNFORGE_DOCKER, else `default` (read at each call, so
+    a later environment change counts). The one definition: backends, images, cache and runner ask it."""
+    return os.environ.get(DOCKER_ENV) or default
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
@@ -51,7 +58,7 @@ class Result:
 class Docker:
     """The docker CLI with an optional private config directory (for registry logins)."""
 
-    docker: str = DOCKER
+    docker: str = field(default_factory=docker_executable)
     private_config: bool = False
     secrets: list[str] = field(default_factory=list)
     _config_dir: Path | None = None

@@ -52,7 +52,3 @@ def modules(kernel: str) -> dict[str, str]:
 def all_features() -> tuple[str, ...]:
     """Every feature name any kernel's profile may disable (the schema's vocabulary)."""
     return tuple(dict.fromkeys(f for k in KERNELS for f in features(k)))
-
-
-def all_dtypes() -> tuple[str, ...]:
-    return tuple(dict.fromkeys(d for k in KERNELS for d in dtypes(k)))

@@ -12,6 +12,8 @@ from typing import Any
 
 from packaging.tags import compatible_tags, cpython_tags
 
+from attnforge.builder.toolkits import cuda_variant, rocm_variant
+from attnforge.core.arches import sm_of_compute_cap
 from attnforge.core.errors import EnvironmentProblem
 from attnforge.engine import env_probe as probe
 
@@ -57,16 +59,16 @@ class Env:
         t = data.get("torch") or {}
         accel = None
         if t.get("cuda"):
-            accel = "cu" + "".join(str(t["cuda"]).split(".")[:2])
+            accel = cuda_variant(str(t["cuda"]))
         elif t.get("hip"):
-            accel = "rocm" + ".".join(str(t["hip"]).split(".")[:2])
+            accel = rocm_variant(str(t["hip"]))
         gpus = []
         for g in t.get("gpus") or []:
             if str(g.get("gcn_arch") or "").startswith("gfx"):
                 gpus.append(str(g["gcn_arch"]).split(":")[0])
             else:
                 major, minor = g["capability"]
-                gpus.append(f"sm_{major}{minor}")
+                gpus.append(sm_of_compute_cap(f"{major}.{minor}"))
         glibc = None
         if data.get("glibc"):
             major, minor = str(data["glibc"]).split(".")[:2]

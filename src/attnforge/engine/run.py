@@ -135,10 +135,7 @@ class Engine:
         if route_of(cell) == "triton":
             return rocm_parallelism(cell)
         res = self.project.matrix.build.resources
-        profile_class = (
-            "fa3" if cell.kernel == "flash-attn-3" else "lean" if cell.profile_spec.disable else "full"
-        )
-        per_arch, _src = self.memory_table.per_arch_gb(str(cell.toolkit), profile_class)
+        per_arch, _src = self.memory_table.for_cell(cell)
         if res.memory_per_job_gb != "auto":
             per_arch = float(res.memory_per_job_gb)
         if binding_only:

@@ -25,11 +25,18 @@ from typing import Any
 
 from attnforge.builder.files import sha256_file
 from attnforge.builder.spec import BuildSpec, Source
+from attnforge.builder.toolkits import cuda_variant
 from attnforge.core.docker_cli import Docker
 from attnforge.core.errors import BuildError, ConfigurationError, EnvironmentProblem
 from attnforge.engine.backends.env import environment_cell
 from attnforge.engine.jobs import BUILDER_DIR, SOURCE_DATE_EPOCH, CellJob, input_hash, make_spec
-from attnforge.engine.resources import Parallelism
+from attnforge.engine.resources import (
+    JobMemoryTable,
+    Machine,
+    Parallelism,
+    choose_parallelism,
+    detect_machine,
+)
 from attnforge.engine.wheel_record import build_manifest
 from attnforge.images.ngc import BaseFacts, select_release
 from attnforge.images.requests import ImageRequest, Skipped
@@ -127,7 +134,7 @@ def ngc_cell(template: Cell, facts: BaseFacts, row: NgcRelease, project: Project
     if env.accel is None:
         if not facts.standin:
             raise EnvironmentProblem(f"{image}: torch {facts.torch} is a CPU build, not an NGC PyTorch image")
-        env = replace(env, accel="cu" + "".join(row.cuda.split(".")[:2]))
+        env = replace(env, accel=cuda_variant(row.cuda))
     cell = environment_cell(project, env, template)
     return cell if facts.env.accel is not None else replace(cell, torch_variant="cpu")
 
@@ -220,14 +227,19 @@ def source_archive(src: Path, dest_dir: Path) -> Path:
     return out
 
 
-def _parallelism(max_jobs: int) -> Parallelism:
-    return Parallelism(max_jobs, 1, 4.5, f"images build --max-jobs {max_jobs}")
+def ngc_parallelism(cell: Cell, max_jobs: int, machine: Machine | None = None) -> Parallelism:
+    """`images build --max-jobs` through the engine's one chooser: the jobs as given, one nvcc thread, the
+    cell's measured per-arch job memory (`JobMemoryTable`), and whether that fits this machine."""
+    per_arch, _src = JobMemoryTable().for_cell(cell)
+    return choose_parallelism(
+        machine or detect_machine(), len(cell.arches), per_arch, max_jobs=max_jobs, nvcc_threads=1
+    )
 
 
 def ngc_spec(cell: Cell, facts: BaseFacts, source: Source, max_jobs: int) -> BuildSpec:
     """The builder's spec inside the `build` stage: the base's python and torch as they are, no shared
     kernel objects or ccache (one image, one compile), output in OUT."""
-    parallelism = _parallelism(max_jobs)
+    parallelism = ngc_parallelism(cell, max_jobs)
     work = Path(WORK)
     spec = make_spec(
         cell,
@@ -298,7 +310,12 @@ def compile_on_base(
             sort_keys=True,
         )
         job = CellJob(
-            cell, spec, Path(tmp), out / "build.log", _parallelism(max_jobs), input_hash(cell, identity)
+            cell,
+            spec,
+            Path(tmp),
+            out / "build.log",
+            ngc_parallelism(cell, max_jobs),
+            input_hash(cell, identity),
         )
         manifest = build_manifest(cell, raw, result, job, "env", seconds)
         final = finalize_built(raw, manifest, out_dir, log=log)

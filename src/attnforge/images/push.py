@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from attnforge.core.docker_cli import DOCKER, Docker, pushed_digest
+from attnforge.core.docker_cli import Docker, docker_executable, pushed_digest
 from attnforge.core.errors import PublishError
 from attnforge.images.record import ImageSet
 from attnforge.images.registry import Manifest, Registry, RegistryAuthError
@@ -125,7 +125,7 @@ def push_set(
     except RegistryAuthError as exc:
         raise PublishError(f"{exc}; nothing was pushed") from None
     secrets = [password] if password else []
-    with Docker(docker or DOCKER, private_config=True, secrets=secrets) as dk:
+    with Docker(docker or docker_executable(), private_config=True, secrets=secrets) as dk:
         if username and password:
             res = dk.login(reg.host, username, password)
             if not res.ok:

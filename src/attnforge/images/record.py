@@ -27,10 +27,6 @@ class BuiltImage:
     seconds: float = 0.0
     wheel: str = ""  # the finalized wheel installed (NGC: compiled on the base, kept under <out>/ngc/)
 
-    @property
-    def all_tags(self) -> list[str]:
-        return [self.tag, *self.aliases]
-
 
 @dataclass
 class ImageSet:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from attnforge.builder.toolkits import toolkit_variant
 from attnforge.core.errors import ConfigurationError
 from attnforge.core.kernels import modules
 from attnforge.images.ngc import BaseFacts
@@ -137,7 +138,7 @@ def flex_wheels_for(req: ImageRequest, wheels_dir: Path) -> list[Path]:
     spec = req.spec
     family = ".".join(spec.torch.split("+")[0].split(".")[:2])
     toolkit = spec.toolkit
-    short = f"cu{toolkit[4:].replace('.', '')}" if toolkit.startswith("cuda") else toolkit
+    short = toolkit_variant(toolkit) or toolkit
     out = []
     for wheel in sorted(wheels_dir.glob(f"{FLEX_DIST}-*.whl")):
         local = _local_of(wheel.name)

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from attnforge.core.docker_cli import DOCKER, Docker
+from attnforge.core.docker_cli import Docker, docker_executable
 from attnforge.core.errors import BuildError, ConfigurationError, EnvironmentProblem, TestFailure
 from attnforge.core.pins import local_base
 from attnforge.engine.backends.pip_config import PipOptions
@@ -221,7 +221,7 @@ def build_set(requests: list[ImageRequest], opts: BuildOptions, *, log: Log = _q
     """Build every request (stopping at the first failure), tag aliases, write `<out_dir>/images.json`."""
     if not requests:
         raise ConfigurationError("no image to build")
-    dk = Docker(opts.docker or DOCKER)
+    dk = Docker(opts.docker or docker_executable())
     dk.check_engine()
     bases = load_bases(docker_dir() / "bases.toml")
     specs = resolve_tags([r.spec for r in requests])

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 
 from attnforge.builder.patches import patch_scope, torch_free
+from attnforge.builder.toolkits import cuda_variant
 from attnforge.matrix.schema import ProfileSpec
 
 
@@ -34,7 +35,7 @@ class Toolkit:
     @property
     def short(self) -> str:
         """cu128 / rocm6.4: PyTorch's own variant spelling."""
-        return f"cu{self.version.replace('.', '')}" if self.kind == "cuda" else f"rocm{self.version}"
+        return cuda_variant(self.version) if self.kind == "cuda" else f"rocm{self.version}"
 
     def __str__(self) -> str:
         return f"{self.kind}{self.version}"

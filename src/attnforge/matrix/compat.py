@@ -155,13 +155,6 @@ def parse_version(text: str) -> Version:
         return Version("0")
 
 
-def arch_number(arch: str) -> int:
-    """sm_90a -> 90, sm_100 -> 100 (gfx arches -> -1)."""
-    if not arch.startswith("sm_"):
-        return -1
-    return int("".join(ch for ch in arch[3:] if ch.isdigit()))
-
-
 @functools.lru_cache(maxsize=4)
 def load_compat(path: str | None = None) -> CompatData:
     """Load the packaged tables (or a file given with --compat / ATTNFORGE_COMPAT)."""

@@ -6,9 +6,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from attnforge.builder.patches import patch_exists
+from attnforge.builder.toolkits import cuda_variant
+from attnforge.core.arches import arch_number
 from attnforge.core.kernels import features as kernel_features
 from attnforge.matrix.cell import Cell, Toolkit
-from attnforge.matrix.compat import CompatData, KernelRelease, arch_number, parse_version
+from attnforge.matrix.compat import CompatData, KernelRelease, parse_version
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,7 @@ def _torch_toolkit(v: Verdict, data: CompatData) -> None:
             t.source,
         )
         return
-    variant = "cu" + chosen.replace(".", "")
+    variant = cuda_variant(chosen)
     abi = t.cxx11_abi_by_variant.get(variant)
     if abi is not None and abi != c.cxx11_abi:
         _fail(

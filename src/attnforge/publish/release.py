@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 import click
 
 from attnforge.core.errors import AttnforgeError, ConfigurationError, PublishError
 from attnforge.matrix.destinations import Destination, ad_hoc, resolve_credentials
+from attnforge.matrix.project import Project
 from attnforge.publish.index import Bundle, PublishReport, StaticIndex, check_conflicts
 from attnforge.wheels.manifest import MANIFEST_SUFFIX, check_matches_wheel, manifest_path_for, read_manifest
 
@@ -75,7 +75,7 @@ def collect_bundles(sources: Iterable[Path], exclude: Sequence[Path] = ()) -> li
     return bundles
 
 
-def default_sources(project: Any) -> list[Path]:
+def default_sources(project: Project) -> list[Path]:
     """The matrix's build output folder (`build.output_dir`, default `wheels/`)."""
     try:
         return [project.path(project.matrix.build.output_dir)]
@@ -83,7 +83,7 @@ def default_sources(project: Any) -> list[Path]:
         return [Path("wheels")] if Path("wheels").is_dir() else []
 
 
-def resolve_destination(project: Any, target: str) -> tuple[Destination, Path]:
+def resolve_destination(project: Project, target: str) -> tuple[Destination, Path]:
     """(destination, base folder for its relative paths) for `--to NAME | PATH | URL`."""
     matrix_error: AttnforgeError | None = None
     try:

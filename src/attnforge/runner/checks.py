@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from attnforge.core.arches import arch_label, arch_runs_on, cuda_label
+from attnforge.core.docker_cli import docker_executable
 from attnforge.engine.resources import JobMemoryTable, Parallelism, choose_parallelism
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.compat import CompatData
@@ -235,7 +236,7 @@ def check_kfd(host: Host, found: Discovery) -> list[Check]:
 def check_docker(host: Host, found: Discovery, opts: CheckOptions) -> list[Check]:
     """Engine and GPU container runtime; warnings unless --require-docker."""
     level = "fail" if opts.require_docker else "warn"
-    docker = host.which("docker")
+    docker = host.which(docker_executable(default="docker"))  # $ATTNFORGE_DOCKER, else docker on PATH
     if not docker:
         return [
             Check(
@@ -313,12 +314,12 @@ def choose_jobs(host: Host, opts: CheckOptions) -> tuple[Check, Parallelism | No
     """MAX_JOBS/NVCC_THREADS the build engine would pick here, for the widest cell."""
     machine = host.machine()
     if not opts.cells:
-        par = choose_parallelism(machine, 1, 4.5, reserve_gb=opts.reserve_memory_gb)
-        return Check("resources", "pass", par.reason + " (no cells: 1 arch, 4.5 GiB per job assumed)"), par
+        par = choose_parallelism(machine, 1, reserve_gb=opts.reserve_memory_gb)
+        assumed = f"{par.job_memory_gb:g} GiB"
+        return Check("resources", "pass", par.reason + f" (no cells: 1 arch, {assumed} per job assumed)"), par
     widest = max(opts.cells, key=lambda c: (len(c.arches), c.id))
     table = JobMemoryTable(opts.cache_dir / "job_memory.json")
-    profile_class = "lean" if widest.profile_spec.disable else "full"
-    per_arch, source = table.per_arch_gb(str(widest.toolkit), profile_class)
+    per_arch, source = table.for_cell(widest)
     par = choose_parallelism(machine, len(widest.arches), per_arch, reserve_gb=opts.reserve_memory_gb)
     detail = f"{par.reason}; job size from {source} ({widest.id})"
     return Check("resources", "pass" if par.fits else "warn", detail), par

@@ -14,6 +14,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from attnforge.builder.toolkits import cuda_of_variant
 from attnforge.core.errors import BuildError
 from attnforge.matrix.cell import Cell, Toolkit
 from attnforge.matrix.schema import ProfileSpec
@@ -83,10 +84,11 @@ class LocalParts:
 def cuda_minor_compatible(have: str, built: str) -> bool:
     """Whether torch's CUDA `have` (cu131) runs code built for `built` (cu130): same major, newer or same
     minor (NVIDIA's minor-version compatibility); False for ROCm or different majors."""
-    if not (have.startswith("cu") and built.startswith("cu")):
+    h, b = cuda_of_variant(have), cuda_of_variant(built)
+    if h is None or b is None:
         return False
-    h, b = have[2:], built[2:]
-    return h[:-1] == b[:-1] and int(h[-1]) >= int(b[-1])
+    (h_major, h_minor), (b_major, b_minor) = h.split("."), b.split(".")
+    return h_major == b_major and int(h_minor) >= int(b_minor)
 
 
 def parse_local(local: str) -> LocalParts | None:

@@ -30,10 +30,9 @@ from attnforge.cache.usage_report import (
     kinds_table,
     ordered,
 )
+from attnforge.core.docker_cli import docker_executable
 from attnforge.core.errors import AttnforgeError, ConfigurationError, EnvironmentProblem
 from attnforge.matrix.project import Project
-
-DOCKER = "/usr/bin/docker"
 
 
 def _dir_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -115,7 +114,7 @@ def du_cmd(
     now = time.time()
     entries = ordered(scan(cache, output))
     matrix = _membership(project)
-    items = _docker_inventory(DOCKER) if with_docker else []
+    items = _docker_inventory(docker_executable()) if with_docker else []
     if as_json:
         data: dict[str, Any] = {
             "cache_dir": str(cache),
@@ -234,10 +233,11 @@ def _prune(
 
 
 def _prune_docker(console: Console, dry_run: bool) -> None:
-    garbage = [i for i in _docker_inventory(DOCKER) if i.garbage]
+    docker = docker_executable()
+    garbage = [i for i in _docker_inventory(docker) if i.garbage]
     failed: list[str] = []
     for item in garbage:
-        reason = None if dry_run else docker_items.remove(DOCKER, item)
+        reason = None if dry_run else docker_items.remove(docker, item)
         if reason:
             failed.append(f"{item.kind} {item.id}: {reason}")
             continue

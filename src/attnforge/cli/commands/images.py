@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from attnforge.builder.toolkits import cuda_variant
 from attnforge.core.errors import ConfigurationError, NothingToDoError
 from attnforge.core.pins import cpu_torch, local_base
 
@@ -117,7 +118,7 @@ def gather_requests(
             if compat is not None:
                 row = compat.torch_release(str(manifest["inputs"]["torch"]))
                 if row is not None and row.pypi_cuda:
-                    pypi_variant = "cu" + row.pypi_cuda.replace(".", "")
+                    pypi_variant = cuda_variant(row.pypi_cuda)
             base = runtime_base_for(project, runtime_base, str(manifest["inputs"]["toolkit"]))
             req = runtime_request(wheel, manifest, base=base, pypi_variant=pypi_variant)
             requests.append(with_flex(req, flex_wheels_for(req, wheels_dir)))

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from attnforge.core.errors import ConfigurationError
+from attnforge.matrix.project import Project
 
 
 @click.group("wheels")
@@ -89,7 +90,7 @@ def verify_cmd(wheels: tuple[Path, ...]) -> None:
     help="The static index (per-variant and `all` PEP 503/691 trees).",
 )
 @click.pass_obj
-def index_cmd(project: object, sources: tuple[Path, ...], out: Path) -> None:
+def index_cmd(project: Project, sources: tuple[Path, ...], out: Path) -> None:
     """Add finalized wheels (files or folders; default: the build's output folder) to a static index.
 
     No parity gate here: `attnforge publish --to NAME` applies the destination's rules.

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import subprocess
 
+from attnforge.core.docker_cli import docker_executable
 from attnforge.core.errors import EnvironmentProblem
 from attnforge.engine.jobs import Backend
 from attnforge.engine.progress import ProgressView
 from attnforge.matrix.project import Project
 
-DOCKER = "/usr/bin/docker"
 
-
-def docker_engine_ok(docker: str = DOCKER) -> tuple[bool, str]:
-    """(True, version) when `docker info` answers, else (False, the reason)."""
+def docker_engine_ok(docker: str | None = None) -> tuple[bool, str]:
+    """(True, version) when `docker info` answers, else (False, the reason); `docker_executable()` by default."""
+    docker = docker or docker_executable()
     try:
         proc = subprocess.run(
             [docker, "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True, timeout=20

@@ -20,8 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnforge.core.docker_cli import docker_executable
 from attnforge.core.pins import cuda_standins, local_base
-from attnforge.engine.backends.debian_base import DOCKER, BaseImageError, bootstrap_debian_base, image_id
+from attnforge.engine.backends.debian_base import BaseImageError, bootstrap_debian_base, image_id
 
 DEFAULT_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
@@ -79,7 +80,7 @@ def standin_for(cuda: str) -> CudaStandin | None:
 
 
 def build_command(
-    s: CudaStandin, *, base: str, tag: str, ca_bundle: Path | None, docker: str = DOCKER
+    s: CudaStandin, *, base: str, tag: str, ca_bundle: Path | None, docker: str | None = None
 ) -> list[str]:
     """The `docker build` line (BuildKit; the CA bundle is a secret, never a layer)."""
     folder = standin_dir()
@@ -91,7 +92,16 @@ def build_command(
         "CUDA_DEBS": " ".join(s.debs),
         "STANDS_IN_FOR": s.stands_in_for,
     }
-    cmd = [docker, "build", "--progress", "plain", "-f", str(folder / "Dockerfile"), "--network", "host"]
+    cmd = [
+        docker or docker_executable(),
+        "build",
+        "--progress",
+        "plain",
+        "-f",
+        str(folder / "Dockerfile"),
+        "--network",
+        "host",
+    ]
     for key, value in args.items():
         cmd += ["--build-arg", f"{key}={value}"]
     if ca_bundle is not None:
@@ -106,7 +116,7 @@ def ensure_cuda_standin(
     tag: str | None = None,
     ca_bundle: Path | None = DEFAULT_CA,
     log_path: Path | None = None,
-    docker: str = DOCKER,
+    docker: str | None = None,
     force: bool = False,
     say: Callable[[str], None] = print,
 ) -> StandinResult:
@@ -122,6 +132,7 @@ def ensure_cuda_standin(
         )
     base = base or local_base()
     tag = tag or s.tag
+    docker = docker or docker_executable()
     start = time.monotonic()
     existing = image_id(tag, docker=docker)
     if existing and not force:

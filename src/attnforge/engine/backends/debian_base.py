@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnforge.core.docker_cli import docker_executable
 from attnforge.core.pins import local_base
 
-DOCKER = "/usr/bin/docker"
 DEFAULT_TAG = local_base()
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
@@ -45,10 +45,10 @@ class BaseImageError(RuntimeError):
     """debootstrap or docker import failed; the message carries the tail of the tool's output."""
 
 
-def image_id(tag: str, *, docker: str = DOCKER) -> str | None:
+def image_id(tag: str, *, docker: str | None = None) -> str | None:
     """Return the id of a local image, or None when it does not exist."""
     proc = subprocess.run(
-        [docker, "image", "inspect", "--format", "{{.Id}}", tag],
+        [docker or docker_executable(), "image", "inspect", "--format", "{{.Id}}", tag],
         capture_output=True,
         text=True,
         check=False,
@@ -56,11 +56,6 @@ def image_id(tag: str, *, docker: str = DOCKER) -> str | None:
     if proc.returncode != 0:
         return None
     return proc.stdout.strip() or None
-
-
-def image_exists(tag: str, *, docker: str = DOCKER) -> bool:
-    """True when ``tag`` names a local image."""
-    return image_id(tag, docker=docker) is not None
 
 
 def debootstrap_command(
@@ -101,7 +96,7 @@ def bootstrap_debian_base(
     mirror: str = DEFAULT_MIRROR,
     variant: str = "minbase",
     include: Sequence[str] = (),
-    docker: str = DOCKER,
+    docker: str | None = None,
     workdir: Path | None = None,
     force: bool = False,
 ) -> BaseImageResult:
@@ -111,6 +106,7 @@ def bootstrap_debian_base(
     removed afterwards. ``force`` rebuilds even when the image exists.
     """
     start = time.monotonic()
+    docker = docker or docker_executable()
     existing = image_id(tag, docker=docker)
     if existing and not force:
         return BaseImageResult(tag=tag, created=False, seconds=0.0, image_id=existing)

@@ -15,6 +15,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from attnforge.core.docker_cli import docker_executable
 from attnforge.core.errors import BuildError, EnvironmentProblem
 from attnforge.core.pins import local_base
 from attnforge.engine.backends.cuda_standin import STANDINS, ensure_cuda_standin, standin_for
@@ -27,7 +28,6 @@ from attnforge.matrix.cell import Cell, Toolkit
 from attnforge.matrix.project import Project
 from attnforge.matrix.rules import host_compiler_problem
 
-DOCKER = "/usr/bin/docker"
 BUILDER_DIR = Path(__file__).resolve().parents[2] / "builder"
 BUILDER_MOUNT = "/opt/attnforge"  # the builder package is mounted at /opt/attnforge/builder
 DOCKER_DIR = Path(__file__).resolve().parents[4] / "docker"
@@ -90,10 +90,10 @@ class DockerBackend:
     name = "docker"
 
     def __init__(
-        self, project: Project, docker: str = DOCKER, base_images: dict[str, str] | None = None
+        self, project: Project, docker: str | None = None, base_images: dict[str, str] | None = None
     ) -> None:
         self.project = project
-        self.docker = docker
+        self.docker = docker or docker_executable()
         build = project.matrix.build
         self.base_images = {**build.base_images, **(base_images or {})}  # --base-image wins
         self.pip: PipOptions = pip_options(build.pip)

@@ -15,6 +15,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from attnforge.builder.toolkits import toolkit_of_variant
 from attnforge.core.arches import arch_runs_on
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.engine.backends.local import LocalBackend, find_nvcc, tool_version
@@ -48,9 +49,7 @@ def environment_cell(project: Project, env: Env, template: Cell) -> Cell:
     toolkit, Python and ABI, then checked by the rules; ConfigurationError naming each broken rule."""
     assert env.torch is not None and env.accel is not None and env.cxx11_abi is not None
     accel = env.accel
-    toolkit = (
-        Toolkit("cuda", f"{accel[2:-1]}.{accel[-1]}") if accel.startswith("cu") else Toolkit.parse(accel)
-    )
+    toolkit = Toolkit.parse(toolkit_of_variant(accel) or accel)
     cell = replace(
         template,
         toolkit=toolkit,
@@ -119,7 +118,7 @@ def template_cell(
         )
     assert env.accel is not None and env.torch is not None
     accel = env.accel
-    toolkit = f"cuda{accel[2:-1]}.{accel[-1]}" if accel.startswith("cu") else accel
+    toolkit = toolkit_of_variant(accel) or accel
     combo = {
         **defaults,
         "kernel": kernel,
