@@ -10,11 +10,11 @@ import pytest
 from attnforge.builder.spec import Source
 from attnforge.engine.jobs import CellJob, make_spec
 from attnforge.engine.resources import Parallelism
+from attnforge.engine.wheel_record import build_manifest
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.compat import CompatData
 from attnforge.matrix.file import parse_matrix
 from attnforge.matrix.plan import plan_target
-from attnforge.engine.wheel_record import build_manifest
 from attnforge.wheels.manifest import manifest_inputs
 
 SHA = "1" * 64

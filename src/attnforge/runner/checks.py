@@ -59,7 +59,8 @@ class CheckOptions:
     pythons: list[str] = field(default_factory=list)
     reserve_memory_gb: float = 2.0
     matrix_note: str = ""  # why there are no cells (no matrix), if so
-    cxx_probe: bool = False  # compile and run the C++ exception probe (about a minute; runner/compiler_check.py)
+    # compile and run the C++ exception probe (about a minute; runner/compiler_check.py)
+    cxx_probe: bool = False
 
 
 def driver_tuple(version: str) -> tuple[int, ...]:
