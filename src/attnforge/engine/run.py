@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.markup import escape
-
 from attnforge.builder.exits import EVENT_PREFIX, EXIT_CONTAINER_KILLED, EXIT_ENV, EXIT_OOM
 from attnforge.builder.files import sha256_file
 from attnforge.builder.spec import Source
@@ -223,7 +221,7 @@ class Engine:
                 if len(members) == len(cells):
                     raise  # nothing else in this run: the backend's own error and exit code
                 # other backends' cells still build (a CUDA machine with a release target's CK cells)
-                self.view.log(f"[red]{backend.name}: {exc}[/]")
+                self.view.log(f"{backend.name}: {exc}", "error")
                 for cell in members:
                     self.view.stage(cell.id, "failed")
                     results.append(CellResult(cell, "failed", None, message=str(exc)))
@@ -325,7 +323,7 @@ class Engine:
             spec = self.project.matrix.kernels[cell.kernel]
             source = fetch_source(cell.kernel, spec, cell.source_sha256, self.cache, self.project.root)
             job = self.job_for(cell, source, share, digest, binding_only)
-            view.log(f"{cell.id}: {escape(job.parallelism.reason)}")  # its [why] is not markup
+            view.log(f"{cell.id}: {job.parallelism.reason}")
             result = self._run_with_oom_retry(job)
             wheel = self._publish_locally(job, result, time.monotonic() - start)
             view.stage(cell.id, "done")
@@ -362,7 +360,7 @@ class Engine:
                         f"{cell.id}: a compiler was killed for memory (OOM) with MAX_JOBS={job.spec.max_jobs}; "
                         f"resuming with MAX_JOBS={new_jobs} (finished units are kept)"
                     )
-                    self.view.log(f"[yellow]{msg}[/]")
+                    self.view.log(msg, "warning")
                     log.write(f"=== {msg}\n")
                     job.spec = job.spec.replace(max_jobs=new_jobs)
                     continue

@@ -1,4 +1,5 @@
-"""Run every runner check and assemble the report (JSON keys: device, driver, gpus, checks, smoke)."""
+"""Run every runner check and assemble the report (JSON keys: device, driver, gpus, checks, smoke);
+the human view is attnforge.cli.runner_view."""
 
 from __future__ import annotations
 
@@ -7,10 +8,6 @@ import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from attnforge.runner.checks import (
     Check,
@@ -147,20 +144,3 @@ def run_checks(host: Host, opts: CheckOptions, smoke: SmokeRequest | None = None
         torch=probe,
         date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     )
-
-
-_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "blue"}
-
-
-def render(report: RunnerReport, console: Console) -> None:
-    """The human view: GPUs, then one row per check, then the labels to register the runner with."""
-    console.print(f"[bold]{escape(report.device)}[/]  driver {report.found.driver or '-'}", highlight=False)
-    table = Table(title="runner check")
-    for col in ("check", "status", "detail"):
-        table.add_column(col, overflow="fold")
-    for c in report.checks:
-        status = c.status + (" (blocking)" if c.blocking else "")
-        table.add_row(escape(c.name), f"[{_STYLE.get(c.status, 'white')}]{status}[/]", escape(c.detail))
-    console.print(table)
-    custom = [x for x in report.labels if x not in ("self-hosted", "linux", "x64", "arm64")]
-    console.print(f"register with: ./config.sh ... --labels {','.join(custom) or 'gpu'}", highlight=False)
