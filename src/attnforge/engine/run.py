@@ -37,8 +37,10 @@ from attnforge.engine.rocm.build_plan import rocm_parallelism
 from attnforge.engine.schedule import CellEstimate, cell_estimates, choose_parallel_cells
 from attnforge.engine.sources import fetch_source
 from attnforge.engine.unittimes import BINDING_UNIT, UnitTimeTable, flags_of
+from attnforge.engine.wheel_record import build_manifest
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.project import Project
+from attnforge.wheels.finalize import finalize_built
 from attnforge.wheels.manifest import manifest_path_for
 
 
@@ -437,9 +439,6 @@ class Engine:
 
     def _publish_locally(self, job: CellJob, result: dict[str, Any], seconds: float) -> Path:
         """Finalize the wheel (tags, torch pin, audit, manifest) and move it into the output folder atomically."""
-        from attnforge.engine.wheel_record import build_manifest
-        from attnforge.wheels.finalize import finalize_built
-
         cell = job.cell
         built = Path(result["wheel"])
         if not built.is_absolute():

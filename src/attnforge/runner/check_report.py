@@ -26,6 +26,7 @@ from attnforge.runner.checks import (
     probe_torch,
     testable_cells,
 )
+from attnforge.runner.compiler_check import check_compiler
 from attnforge.runner.gpu_smoke import SmokeResult, run_smoke
 from attnforge.runner.gpus import Discovery, discover
 from attnforge.runner.host import Host
@@ -117,8 +118,6 @@ def run_checks(host: Host, opts: CheckOptions, smoke: SmokeRequest | None = None
     checks.append(check_torch(probe, testable, found))
     checks.append(check_nox(host))
     if opts.cxx_probe:
-        from attnforge.runner.compiler_check import check_compiler
-
         checks.append(check_compiler(str(probe["executable"]) if probe.get("torch") else None))
     labels = labels_for(host, found, majors)
     checks.append(Check("labels", "pass", ", ".join(labels)))
