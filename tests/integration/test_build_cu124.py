@@ -149,7 +149,7 @@ def test_trixie_builder_image_gets_gxx_13_and_the_builder_picks_it(tmp_path: Pat
     (HOST_GCC) and builder/compiler.gcc_for_toolkit chooses it. The trixie stand-in is a local STAND-IN too."""
     from attnforge.engine.backends.cuda_standin import ensure_cuda_standin
     from attnforge.engine.backends.docker import BUILDER_DIR, DockerBackend
-    from attnforge.engine.progress import ProgressView
+    from attnforge.engine.progress import PlainProgressView
     from attnforge.matrix.cell import Toolkit
     from attnforge.matrix.project import Project
 
@@ -159,7 +159,7 @@ def test_trixie_builder_image_gets_gxx_13_and_the_builder_picks_it(tmp_path: Pat
     data["build"] |= {"output_dir": str(tmp_path / "wheels")}
     (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     backend = DockerBackend(Project(tmp_path / "matrix.yaml"), base_images={"cuda12.4": tag})
-    with ProgressView(quiet=True) as view:
+    with PlainProgressView() as view:
         image = backend.ensure_builder(Toolkit.parse("cuda12.4"), view)
     code = (
         "import os, sys; sys.path.insert(0, '/opt/b')\n"

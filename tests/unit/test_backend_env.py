@@ -14,7 +14,7 @@ from attnforge.builder.spec import Source
 from attnforge.core.errors import ConfigurationError
 from attnforge.engine.backends.env import EnvBackend, environment_cell, template_cell
 from attnforge.engine.environment import Env
-from attnforge.engine.progress import ProgressView
+from attnforge.engine.progress import PlainProgressView
 from attnforge.engine.run import Engine
 from attnforge.matrix.project import Project
 from attnforge.wheels.manifest import manifest_inputs
@@ -87,7 +87,7 @@ def test_the_rules_still_check_what_the_environment_leaves_open(project: Project
 
 def test_the_env_spec_builds_with_the_interpreter_in_its_own_tree(project: Project) -> None:
     cell = environment_cell(project, H100, template_cell(project, H100, "hd64128", [], None))
-    engine = Engine(project, EnvBackend("/opt/torch/bin/python3", H100), ProgressView(quiet=True))
+    engine = Engine(project, EnvBackend("/opt/torch/bin/python3", H100), PlainProgressView())
     job = engine.job_for(cell, Source("/s/fa.tar.gz", "0" * 64), 1, "h")
     assert job.spec.use_interpreter and job.spec.python == "/opt/torch/bin/python3"
     assert job.spec.torch == "2.11.0+cu130" and job.workdir.name == "cp312-torch2.11.0-env"

@@ -23,7 +23,7 @@ from attnforge.cli.commands.build import parse_base_images
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.engine.backends.cuda_standin import STANDINS, build_command
 from attnforge.engine.backends.docker import LOCAL_BASE, DockerBackend, python_prefix
-from attnforge.engine.progress import ProgressView
+from attnforge.engine.progress import PlainProgressView
 from attnforge.matrix.cell import Cell, Toolkit
 from attnforge.matrix.compat import load_compat
 from attnforge.matrix.project import Project
@@ -228,7 +228,7 @@ def test_registry_base_is_used_by_its_pinned_digest(tmp_path: Path, monkeypatch:
     )
     monkeypatch.setenv("ATTNFORGE_DOCKER_DIR", str(docker_dir))
     backend = DockerBackend(project_with(tmp_path), docker="/bin/false")
-    with ProgressView(quiet=True) as view:
+    with PlainProgressView() as view:
         assert backend.pinned("nvidia/cuda:12.4.1-devel-ubuntu22.04", view).endswith("@" + pin)
         assert (
             backend.pinned("nvidia/cuda:12.8.1-devel-ubuntu22.04", view)

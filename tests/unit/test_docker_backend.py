@@ -14,7 +14,7 @@ import yaml
 
 from attnforge.core.errors import EnvironmentProblem
 from attnforge.engine.backends.docker import LOCAL_BASE, DockerBackend, build_image
-from attnforge.engine.progress import ProgressView
+from attnforge.engine.progress import PlainProgressView
 from attnforge.matrix.cell import Toolkit
 from attnforge.matrix.project import Project
 
@@ -64,7 +64,7 @@ def test_builder_image_failure_message(tmp_path: Path) -> None:
     (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     backend = DockerBackend(Project(tmp_path / "matrix.yaml", MINI), str(fake_docker(tmp_path, [LOCAL_BASE])))
     toolkit = Toolkit("cuda", "13.0")
-    with pytest.raises(EnvironmentProblem) as info, ProgressView(quiet=True) as view:
+    with pytest.raises(EnvironmentProblem) as info, PlainProgressView() as view:
         backend.ensure_builder(toolkit, view)
     log = tmp_path / "wheels" / "logs" / "builder-cu130.log"
     tail = "\n".join([*(f"step {n}" for n in range(10, 21)), "BUILDKIT=1"])

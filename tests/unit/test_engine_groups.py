@@ -11,7 +11,7 @@ from pathlib import Path
 
 from attnforge.builder.spec import Source
 from attnforge.engine.backends.local import LocalBackend
-from attnforge.engine.progress import ProgressView
+from attnforge.engine.progress import PlainProgressView
 from attnforge.engine.resources import Machine
 from attnforge.engine.run import CellResult, Engine
 from attnforge.matrix.cell import Cell
@@ -54,7 +54,7 @@ class TimedEngine(Engine):
     """The real scheduler with a stand-in for one cell's build: records when each cell ran and how."""
 
     def __init__(self, project: Project) -> None:
-        super().__init__(project, LocalBackend(), ProgressView(quiet=True))
+        super().__init__(project, LocalBackend(), PlainProgressView())
         self.runs: list[tuple[str, bool, float, float]] = []
         self.guard = threading.Lock()
 

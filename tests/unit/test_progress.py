@@ -7,13 +7,14 @@ import io
 import pytest
 from rich.console import Console
 
-from attnforge.engine.progress import ProgressView
+from attnforge.cli.progress_view import ConsoleProgressView
+from attnforge.engine.progress import PlainProgressView
 
 CELL = "flash-attn-2.8.3-cu130-torch2.14.1-cp311-abi1-sm90-fwd128-x86_64"
 
 
-def _view(quiet: bool = True) -> tuple[ProgressView, io.StringIO]:
-    view = ProgressView(quiet=quiet)
+def _view(quiet: bool = True) -> tuple[ConsoleProgressView, io.StringIO]:
+    view = ConsoleProgressView(quiet=quiet)
     buf = io.StringIO()
     view.console = Console(file=buf, width=200, highlight=False, color_system=None)
     return view, buf
@@ -24,7 +25,7 @@ def _lines(buf: io.StringIO) -> list[str]:
     return [line.split("] ", 1)[1] for line in buf.getvalue().splitlines()]
 
 
-def _engine_calls(view: ProgressView, with_status: bool) -> None:
+def _engine_calls(view: ConsoleProgressView, with_status: bool) -> None:
     """What Engine reports for one cell: its own stages, and each builder stage event (start, then end)."""
     view.stage(CELL, "fetching sources")
     view.stage(CELL, "building (MAX_JOBS=2)")
@@ -91,3 +92,24 @@ def test_eta_comes_from_the_unit_plan() -> None:
     assert 595 <= int(p.eta().rstrip("s")) <= 600  # it ran 2x the plan: 800 s in all, 600 s left
     view.units(CELL, 2, 2, "flash_fwd_split_hdim128_bf16_sm80.cu")
     assert p.eta() == "-"
+
+
+def test_plain_view_prints_the_same_ci_lines() -> None:
+    """The engine's own view (no rich) prints what the CLI's view prints in CI."""
+    rich_view, rich_buf = _view()
+    _engine_calls(rich_view, with_status=True)
+    buf = io.StringIO()
+    _engine_calls(PlainProgressView(buf), with_status=True)
+    assert _lines(buf) == _lines(rich_buf)
+
+
+def test_log_lines_are_plain_text_with_a_level() -> None:
+    view, buf = _view()
+    view.log(f"{CELL}: MAX_JOBS=4 [memory: 8 GiB per job]")
+    view.log("OOM: resuming with MAX_JOBS=2", "warning")
+    view.log("[red]not markup[/]", "error")
+    assert buf.getvalue().splitlines() == [
+        f"{CELL}: MAX_JOBS=4 [memory: 8 GiB per job]",
+        "OOM: resuming with MAX_JOBS=2",
+        "[red]not markup[/]",
+    ]

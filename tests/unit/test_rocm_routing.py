@@ -16,7 +16,7 @@ from attnforge.engine.backends.docker import DockerBackend
 from attnforge.engine.backends.local import LocalBackend
 from attnforge.engine.backends.routing import RocmCkBackend, route_of
 from attnforge.engine.jobs import TRITON_BUILD_TORCH_ENV, input_hash
-from attnforge.engine.progress import ProgressView
+from attnforge.engine.progress import PlainProgressView
 from attnforge.engine.rocm.build_plan import plan_rocm_build
 from attnforge.engine.rocm.toolchain import ck_needs
 from attnforge.engine.run import Engine
@@ -66,7 +66,7 @@ def test_triton_cell_names_a_pure_wheel(cells: dict[str, Cell]) -> None:
 def test_each_cell_gets_its_backend(project: Project, cells: dict[str, Cell]) -> None:
     assert [route_of(cells[k]) for k in ("cuda", "triton", "ck")] == ["default", "triton", "rocm-ck"]
     local = LocalBackend()
-    engine = Engine(project, local, ProgressView(quiet=True))
+    engine = Engine(project, local, PlainProgressView())
     assert engine.backend_for(cells["cuda"]) is local
     triton = engine.backend_for(cells["triton"])
     assert (
@@ -75,7 +75,7 @@ def test_each_cell_gets_its_backend(project: Project, cells: dict[str, Cell]) ->
         and triton is engine.backend_for(cells["triton"])
     )
     assert isinstance(engine.backend_for(cells["ck"]), RocmCkBackend)
-    docker = Engine(project, DockerBackend(project), ProgressView(quiet=True))
+    docker = Engine(project, DockerBackend(project), PlainProgressView())
     assert isinstance(docker.backend_for(cells["triton"]), LocalBackend)  # whatever --backend says
     par = engine.parallelism(cells["triton"], 1)
     assert par.max_jobs == 1 and "no device code" in par.reason
@@ -87,7 +87,7 @@ def test_triton_spec_builds_with_a_cpu_stand_in_torch(
     """The same builder, told to build with this machine's Python and the pinned CPU torch (the wheel is
     py3-none-any; setup.py only imports torch); ATTNFORGE_TRITON_BUILD_TORCH names another."""
     monkeypatch.delenv(TRITON_BUILD_TORCH_ENV, raising=False)
-    engine = Engine(project, LocalBackend(), ProgressView(quiet=True))
+    engine = Engine(project, LocalBackend(), PlainProgressView())
     source = Source("/s/flash_attn-2.8.3.tar.gz", "0" * 64)
     spec = engine.job_for(cells["triton"], source, 1, "h").spec
     py = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -111,7 +111,7 @@ def test_ck_cell_is_refused_with_what_is_missing(project: Project, cells: dict[s
     assert needs.hipcc is None and needs.rocm_version is None
     assert needs.torch_index_url == "https://download.pytorch.org/whl/rocm6.4"
     with pytest.raises(EnvironmentProblem) as exc:
-        RocmCkBackend(project).prepare([cells["ck"]], ProgressView(quiet=True))
+        RocmCkBackend(project).prepare([cells["ck"]], PlainProgressView())
     text = str(exc.value)
     assert exc.value.exit_code == 5
     assert CK_ID in text and "missing hipcc" in text and "ROCm 6.4" in text
@@ -136,7 +136,7 @@ def test_ck_with_a_toolchain_is_still_refused(
     assert ck_needs(cells["ck"]).missing() == ["ROCm 6.4 (this machine has 6.40.0)"]
     (rocm / ".info" / "version").write_text("6.4.1-120\n")
     with pytest.raises(BuildError, match="cannot compile ROCm CK cells yet") as exc:
-        RocmCkBackend(project).prepare([cells["ck"]], ProgressView(quiet=True))
+        RocmCkBackend(project).prepare([cells["ck"]], PlainProgressView())
     assert exc.value.exit_code == 4
 
 

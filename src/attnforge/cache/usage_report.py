@@ -1,17 +1,17 @@
-"""How `attnforge cache` shows entries: JSON records and rich tables."""
+"""What `attnforge cache` shows of entries: JSON records and the plain cells of its tables
+(the tables themselves: attnforge.cli.cache_tables)."""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
 from attnforge.cache.docker_items import DockerItem
 from attnforge.cache.scan import CacheEntry
-from attnforge.cache.units import format_age, format_size
+from attnforge.cache.units import format_age
 
 KIND_ORDER = (
     "source",
@@ -77,14 +77,15 @@ def by_kind(entries: list[CacheEntry]) -> dict[str, dict[str, int]]:
     return out
 
 
-def belongs_to(e: CacheEntry, matrix: Membership | None) -> str:
+def belongs_to(e: CacheEntry, matrix: Membership | None, flag: Callable[[str], str] = str) -> str:
+    """The cells and kernel-set an entry belongs to, and its note; `flag` marks "not in the matrix"."""
     parts = []
     if e.cells:
         parts.append(e.cells[0] + (f" +{len(e.cells) - 1} more" if len(e.cells) > 1 else ""))
     if e.kernel_set:
         parts.append(f"kernel-set {e.kernel_set}")
     if matrix is not None and matrix.has(e) is False:
-        parts.append("[yellow]not in the matrix[/]")
+        parts.append(flag("not in the matrix"))
     if e.note:
         parts.append(e.note)
     return "; ".join(parts) or "-"
@@ -99,30 +100,6 @@ def shown(path: Path, base: Path) -> str:
     return str(path.relative_to(base)) if base in path.parents else str(path)
 
 
-def entries_table(entries: list[CacheEntry], now: float, matrix: Membership | None, base: Path) -> Table:
-    table = Table(title=f"cache entries (paths relative to {base})")
-    for col, justify in (("kind", "left"), ("entry", "left"), ("size", "right"), ("last used", "right")):
-        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
-    table.add_column("belongs to", overflow="fold")
-    for e in entries:
-        table.add_row(e.kind, shown(e.path, base), format_size(e.size), age(e, now), belongs_to(e, matrix))
-    return table
-
-
-def kinds_table(entries: list[CacheEntry], now: float) -> Table:
-    table = Table(title="by kind")
-    for col in ("kind", "entries", "size", "newest use", "oldest use"):
-        table.add_column(col, justify="left" if col == "kind" else "right")
-    for kind, row in by_kind(entries).items():
-        used = [e.last_used for e in entries if e.kind == kind and e.last_used]
-        newest = format_age(now - max(used)) if used else "-"
-        oldest = format_age(now - min(used)) if used else "-"
-        table.add_row(kind, str(row["entries"]), format_size(row["bytes"]), newest, oldest)
-    total = sum(e.size for e in entries)
-    table.add_row("[bold]total[/]", str(len(entries)), f"[bold]{format_size(total)}[/]", "", "")
-    return table
-
-
 def docker_json(item: DockerItem) -> dict[str, Any]:
     return {
         "kind": item.kind,
@@ -132,13 +109,3 @@ def docker_json(item: DockerItem) -> dict[str, Any]:
         "created": item.created,
         "garbage": item.garbage,
     }
-
-
-def docker_table(items: list[DockerItem]) -> Table:
-    table = Table(title="Docker (attnforge images and build containers)")
-    for col in ("kind", "id", "name", "size", "created", "prune --docker"):
-        table.add_column(col, overflow="fold")
-    for i in items:
-        gone = "removes" if i.garbage else "keeps"
-        table.add_row(i.kind, i.id, i.name, format_size(i.size) if i.size else "-", i.created, gone)
-    return table

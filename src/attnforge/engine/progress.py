@@ -1,4 +1,10 @@
-"""Progress of cell builds: a live rich table on a terminal, sparse plain lines in CI logs."""
+"""Progress of cell builds: what the engine reports (stages, compiled units, log lines) and to whom.
+
+The engine and its backends report to a `ProgressView` (a protocol, no rendering library): the CLI's view
+(`attnforge.cli.progress_view`) draws a live table on a terminal and sparse plain lines in CI logs.
+`ProgressBoard` holds the per-cell state and decides the CI lines; `PlainProgressView` writes those lines
+as they are (library callers, tests).
+"""
 
 from __future__ import annotations
 
@@ -8,12 +14,29 @@ import threading
 import time
 from dataclasses import dataclass, field
 from types import TracebackType
-
-from rich.console import Console
-from rich.live import Live
-from rich.table import Table
+from typing import Literal, Protocol, TextIO
 
 from attnforge.engine.schedule import plan_eta
+
+LogLevel = Literal["info", "warning", "error"]
+
+
+class ProgressView(Protocol):
+    """Where the engine reports progress; thread-safe (cells build in parallel)."""
+
+    def log(self, message: str, level: LogLevel = "info") -> None:
+        """A line that stays (also in quiet mode); `message` is plain text, never markup."""
+
+    def stage(
+        self, cell_id: str, stage: str, status: str | None = None, seconds: float | None = None
+    ) -> None:
+        """A cell's stage; `status`/`seconds` are the builder's stage event fields when the caller has them."""
+
+    def plan_units(self, cell_id: str, order: list[tuple[str, float]], jobs: int) -> None:
+        """The units a compile starts, in order, with estimated seconds (from the unit-time table)."""
+
+    def units(self, cell_id: str, done: int, total: int, name: str | None = None) -> None:
+        """`done` of `total` units compiled; `name` is the unit that just finished."""
 
 
 @dataclass
@@ -82,45 +105,27 @@ def interactive() -> bool:
     return sys.stderr.isatty() and not os.environ.get("CI")
 
 
-class ProgressView:
-    """Thread-safe; cells report stages and compiled units, the view renders them."""
+class ProgressBoard:
+    """The state of every cell, kept under a lock; in quiet mode the events CI should see become lines.
 
-    def __init__(self, quiet: bool | None = None) -> None:
-        self.quiet = not interactive() if quiet is None else quiet
-        self.console = Console(stderr=True, highlight=False, soft_wrap=True)
+    A `ProgressView` for subclasses: they print the lines (`emit`) and may redraw on each change (`refresh`).
+    """
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
         self.cells: dict[str, CellProgress] = {}
         self._lock = threading.Lock()
-        self._live: Live | None = None
 
-    def __enter__(self) -> ProgressView:
-        if not self.quiet:
-            self._live = Live(self._table(), console=self.console, refresh_per_second=2, transient=False)
-            self._live.__enter__()
-        return self
+    def emit(self, line: str, level: LogLevel = "info") -> None:
+        """Print one line (plain text)."""
+        raise NotImplementedError
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._live:
-            self._live.update(self._table())
-            self._live.__exit__(exc_type, exc, tb)
+    def refresh(self) -> None:
+        """Redraw after a change (a live view); nothing by default."""
 
-    def _table(self) -> Table:
-        table = Table(title="attnforge build", expand=False)
-        for col in ("cell", "stage", "units", "elapsed", "ETA"):
-            table.add_column(col)
-        for p in self.cells.values():
-            units = f"{p.done}/{p.total}" if p.total else "-"
-            table.add_row(p.cell_id, p.stage, units, f"{p.elapsed:.0f}s", p.eta())
-        return table
-
-    def _refresh(self) -> None:
-        if self._live:
-            self._live.update(self._table())
-
-    def log(self, message: str) -> None:
+    def log(self, message: str, level: LogLevel = "info") -> None:
         """A line that stays (also in quiet mode)."""
-        self.console.print(message)
+        self.emit(message, level)
 
     def stage(
         self, cell_id: str, stage: str, status: str | None = None, seconds: float | None = None
@@ -133,8 +138,8 @@ class ProgressView:
                 p.finished = time.monotonic()
             line = plain_stage_line(p, stage, status, seconds) if self.quiet else None
             if line:
-                self.console.print(f"[{p.elapsed:6.0f}s] {cell_id}: {line}")
-            self._refresh()
+                self.emit(f"[{p.elapsed:6.0f}s] {cell_id}: {line}")
+            self.refresh()
 
     def plan_units(self, cell_id: str, order: list[tuple[str, float]], jobs: int) -> None:
         """The units a compile starts, in order, with estimated seconds (from the unit-time table)."""
@@ -153,7 +158,26 @@ class ProgressView:
                 pct = 100 * done // total
                 if pct // 10 != p.last_printed_pct // 10 or done == total:
                     p.last_printed_pct = pct
-                    self.console.print(
-                        f"[{p.elapsed:6.0f}s] {cell_id}: compiled {done}/{total} units, ETA {p.eta()}"
-                    )
-            self._refresh()
+                    self.emit(f"[{p.elapsed:6.0f}s] {cell_id}: compiled {done}/{total} units, ETA {p.eta()}")
+            self.refresh()
+
+
+class PlainProgressView(ProgressBoard):
+    """The CI lines as plain text on `stream` (default: stderr at the time of writing)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        super().__init__(quiet=True)
+        self.stream = stream
+
+    def __enter__(self) -> PlainProgressView:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+    def emit(self, line: str, level: LogLevel = "info") -> None:
+        out = self.stream or sys.stderr
+        out.write(line + "\n")
+        out.flush()

@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.markup import escape
-
 from attnforge.builder.exits import EVENT_PREFIX, EXIT_CONTAINER_KILLED, EXIT_ENV, EXIT_OOM
 from attnforge.builder.files import sha256_file
 from attnforge.builder.spec import Source
@@ -39,8 +37,10 @@ from attnforge.engine.rocm.build_plan import rocm_parallelism
 from attnforge.engine.schedule import CellEstimate, cell_estimates, choose_parallel_cells
 from attnforge.engine.sources import fetch_source
 from attnforge.engine.unittimes import BINDING_UNIT, UnitTimeTable, flags_of
+from attnforge.engine.wheel_record import build_manifest
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.project import Project
+from attnforge.wheels.finalize import finalize_built
 from attnforge.wheels.manifest import manifest_path_for
 
 
@@ -220,7 +220,7 @@ class Engine:
                 if len(members) == len(cells):
                     raise  # nothing else in this run: the backend's own error and exit code
                 # other backends' cells still build (a CUDA machine with a release target's CK cells)
-                self.view.log(f"[red]{backend.name}: {exc}[/]")
+                self.view.log(f"{backend.name}: {exc}", "error")
                 for cell in members:
                     self.view.stage(cell.id, "failed")
                     results.append(CellResult(cell, "failed", None, message=str(exc)))
@@ -322,7 +322,7 @@ class Engine:
             spec = self.project.matrix.kernels[cell.kernel]
             source = fetch_source(cell.kernel, spec, cell.source_sha256, self.cache, self.project.root)
             job = self.job_for(cell, source, share, digest, binding_only)
-            view.log(f"{cell.id}: {escape(job.parallelism.reason)}")  # its [why] is not markup
+            view.log(f"{cell.id}: {job.parallelism.reason}")
             result = self._run_with_oom_retry(job)
             wheel = self._publish_locally(job, result, time.monotonic() - start)
             view.stage(cell.id, "done")
@@ -359,7 +359,7 @@ class Engine:
                         f"{cell.id}: a compiler was killed for memory (OOM) with MAX_JOBS={job.spec.max_jobs}; "
                         f"resuming with MAX_JOBS={new_jobs} (finished units are kept)"
                     )
-                    self.view.log(f"[yellow]{msg}[/]")
+                    self.view.log(msg, "warning")
                     log.write(f"=== {msg}\n")
                     job.spec = job.spec.replace(max_jobs=new_jobs)
                     continue
@@ -436,9 +436,6 @@ class Engine:
 
     def _publish_locally(self, job: CellJob, result: dict[str, Any], seconds: float) -> Path:
         """Finalize the wheel (tags, torch pin, audit, manifest) and move it into the output folder atomically."""
-        from attnforge.engine.wheel_record import build_manifest
-        from attnforge.wheels.finalize import finalize_built
-
         cell = job.cell
         built = Path(result["wheel"])
         if not built.is_absolute():

@@ -9,10 +9,9 @@ published with other bytes (identical bytes are a no-op).
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-
-import click
 
 from attnforge.core.errors import AttnforgeError, ConfigurationError, PublishError
 from attnforge.matrix.destinations import Destination, ad_hoc, resolve_credentials
@@ -24,7 +23,7 @@ Log = Callable[[str], None]
 
 
 def _echo(message: str) -> None:
-    click.echo(message, err=True)
+    print(message, file=sys.stderr, flush=True)
 
 
 def _bundle(wheel: Path) -> Bundle:
@@ -104,8 +103,17 @@ def resolve_destination(project: Project, target: str) -> tuple[Destination, Pat
     raise ConfigurationError(f"--to {target}: no such destination in matrix.yaml (known: {known})")
 
 
-def apply_parity_gate(bundles: Sequence[Bundle], dest: Destination, label: str, skip: bool, log: Log) -> None:
-    """Mark each bundle's gate outcome; refuse the whole publish when one fails and the gate is on."""
+def apply_parity_gate(
+    bundles: Sequence[Bundle],
+    dest: Destination,
+    label: str,
+    skip: bool,
+    log: Log,
+    warn: Log | None = None,
+) -> None:
+    """Mark each bundle's gate outcome; refuse the whole publish when one fails and the gate is on.
+
+    Skipping a failing gate is announced through `warn` (default: `log`), which the CLI shows loudly."""
     failing = []
     for b in bundles:
         parity = b.manifest.get("parity") or {}
@@ -125,17 +133,14 @@ def apply_parity_gate(bundles: Sequence[Bundle], dest: Destination, label: str, 
             f"destination '{label}' requires a passed GPU parity run; without one: {names}; nothing was published",
             hint="run the parity tests on a GPU (they write parity into the manifest), or --skip-parity-gate",
         )
+    say = warn or log
     banner = "!" * 78
-    log(click.style(banner, fg="yellow", bold=True))
-    log(
-        click.style(
-            f"WARNING: --skip-parity-gate: publishing {len(failing)} wheel(s) to '{label}' WITHOUT a passed "
-            f"GPU parity run: {names}",
-            fg="yellow",
-            bold=True,
-        )
+    say(banner)
+    say(
+        f"WARNING: --skip-parity-gate: publishing {len(failing)} wheel(s) to '{label}' WITHOUT a passed "
+        f"GPU parity run: {names}"
     )
-    log(click.style(banner, fg="yellow", bold=True))
+    say(banner)
 
 
 def publish(
@@ -147,9 +152,11 @@ def publish(
     skip_parity_gate: bool = False,
     dry_run: bool = False,
     log: Log = _echo,
+    warn: Log | None = None,
 ) -> PublishReport:
-    """Publish finalized wheels to one destination (see the module docstring)."""
-    apply_parity_gate(bundles, dest, label, skip_parity_gate, log)
+    """Publish finalized wheels to one destination (see the module docstring); `warn` as in
+    `apply_parity_gate`."""
+    apply_parity_gate(bundles, dest, label, skip_parity_gate, log, warn)
     if dest.kind == "static":
         assert dest.path is not None
         root = Path(dest.path)

@@ -1,4 +1,5 @@
-"""Run every runner check and assemble the report (JSON keys: device, driver, gpus, checks, smoke)."""
+"""Run every runner check and assemble the report (JSON keys: device, driver, gpus, checks, smoke);
+the human view is attnforge.cli.runner_view."""
 
 from __future__ import annotations
 
@@ -7,10 +8,6 @@ import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from attnforge.runner.checks import (
     Check,
@@ -29,6 +26,7 @@ from attnforge.runner.checks import (
     probe_torch,
     testable_cells,
 )
+from attnforge.runner.compiler_check import check_compiler
 from attnforge.runner.gpu_smoke import SmokeResult, run_smoke
 from attnforge.runner.gpus import Discovery, discover
 from attnforge.runner.host import Host
@@ -120,8 +118,6 @@ def run_checks(host: Host, opts: CheckOptions, smoke: SmokeRequest | None = None
     checks.append(check_torch(probe, testable, found))
     checks.append(check_nox(host))
     if opts.cxx_probe:
-        from attnforge.runner.compiler_check import check_compiler
-
         checks.append(check_compiler(str(probe["executable"]) if probe.get("torch") else None))
     labels = labels_for(host, found, majors)
     checks.append(Check("labels", "pass", ", ".join(labels)))
@@ -147,20 +143,3 @@ def run_checks(host: Host, opts: CheckOptions, smoke: SmokeRequest | None = None
         torch=probe,
         date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     )
-
-
-_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "blue"}
-
-
-def render(report: RunnerReport, console: Console) -> None:
-    """The human view: GPUs, then one row per check, then the labels to register the runner with."""
-    console.print(f"[bold]{escape(report.device)}[/]  driver {report.found.driver or '-'}", highlight=False)
-    table = Table(title="runner check")
-    for col in ("check", "status", "detail"):
-        table.add_column(col, overflow="fold")
-    for c in report.checks:
-        status = c.status + (" (blocking)" if c.blocking else "")
-        table.add_row(escape(c.name), f"[{_STYLE.get(c.status, 'white')}]{status}[/]", escape(c.detail))
-    console.print(table)
-    custom = [x for x in report.labels if x not in ("self-hosted", "linux", "x64", "arm64")]
-    console.print(f"register with: ./config.sh ... --labels {','.join(custom) or 'gpu'}", highlight=False)

@@ -11,11 +11,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from attnforge.cache.build_lock import build_lock
+from attnforge.cli.progress_view import ConsoleProgressView
 from attnforge.core.errors import BuildError, ConfigurationError
 from attnforge.engine.backends.choice import choose_backend
 from attnforge.engine.backends.env import EnvBackend, environment_cells, read_environment, template_cell
 from attnforge.engine.jobs import Backend
-from attnforge.engine.progress import ProgressView
 from attnforge.engine.run import CellResult, Engine
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.plan import select_cells
@@ -199,7 +199,7 @@ def command(
         )
     else:
         chosen = cells_to_build(project, target, list(cells))
-    with ProgressView(quiet=True if quiet else None) as view:
+    with ConsoleProgressView(quiet=True if quiet else None) as view:
         engine_backend: Backend = env_backend or choose_backend(
             project, backend or project.matrix.build.backend, view, bases
         )
@@ -215,9 +215,7 @@ def command(
         if dry_run:
             for cell in chosen:
                 via = engine.backend_for(cell).name
-                view.log(
-                    f"{cell.id} -> {cell.wheel_name} ({via}): {escape(engine.parallelism(cell, 1).reason)}"
-                )
+                view.log(f"{cell.id} -> {cell.wheel_name} ({via}): {engine.parallelism(cell, 1).reason}")
             return
         res = project.matrix.build.resources
         par = parallel_cells or (

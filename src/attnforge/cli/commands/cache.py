@@ -19,17 +19,8 @@ from attnforge.cache.holders import held_paths
 from attnforge.cache.prune import plan_prune, remove_empty_kernel_set, remove_entry
 from attnforge.cache.scan import scan
 from attnforge.cache.units import format_size, parse_duration, parse_size
-from attnforge.cache.usage_report import (
-    Membership,
-    age,
-    by_kind,
-    docker_json,
-    docker_table,
-    entries_table,
-    entry_json,
-    kinds_table,
-    ordered,
-)
+from attnforge.cache.usage_report import Membership, age, by_kind, docker_json, entry_json, ordered
+from attnforge.cli.cache_tables import docker_table, entries_table, kinds_table
 from attnforge.core.docker_cli import docker_executable
 from attnforge.core.errors import AttnforgeError, ConfigurationError, EnvironmentProblem
 from attnforge.matrix.project import Project

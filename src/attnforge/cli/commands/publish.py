@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
+
+from attnforge.matrix.project import Project
+
+
+def _log(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def _warn(message: str) -> None:
+    """Loud: yellow and bold on a terminal (plain text in logs)."""
+    click.secho(message, err=True, fg="yellow", bold=True)
 
 
 @click.command("publish")
@@ -22,7 +32,7 @@ import click
 @click.argument("sources", nargs=-1, type=click.Path(exists=True, path_type=Path))
 @click.pass_obj
 def command(
-    project: Any, target: str, skip_parity_gate: bool, dry_run: bool, sources: tuple[Path, ...]
+    project: Project, target: str, skip_parity_gate: bool, dry_run: bool, sources: tuple[Path, ...]
 ) -> None:
     """Publish finalized wheels (default: the build output folder) to a destination, all or nothing.
 
@@ -44,5 +54,7 @@ def command(
         root = Path(dest.path)
         exclude.append(StaticIndex(root if root.is_absolute() else base / root).root)
     bundles = collect_bundles(list(sources) or default_sources(project), exclude=exclude)
-    report = publish(bundles, dest, target, base, skip_parity_gate=skip_parity_gate, dry_run=dry_run)
-    print_report(report)
+    report = publish(
+        bundles, dest, target, base, skip_parity_gate=skip_parity_gate, dry_run=dry_run, log=_log, warn=_warn
+    )
+    print_report(report, _log)

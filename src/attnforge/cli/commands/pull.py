@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import click
 
-from attnforge.cli.commands.images import _optional, cred_options
-from attnforge.core.errors import ConfigurationError, NothingToDoError, PublishError
+from attnforge.cli.commands.images import cred_options
+from attnforge.core.docker_cli import Docker
+from attnforge.core.errors import ConfigurationError, NothingToDoError, PublishError, TestFailure
+from attnforge.matrix.project import Project
 
 
 @click.command("pull")
@@ -36,7 +37,7 @@ from attnforge.core.errors import ConfigurationError, NothingToDoError, PublishE
 @click.option("--smoke", is_flag=True, help="Run the image's smoke test after pulling it.")
 @click.pass_obj
 def command(
-    project: Any,
+    project: Project,
     registry: str | None,
     repository: str,
     username: str | None,
@@ -55,9 +56,9 @@ def command(
     Exit 3 when none fits (every candidate's reason is printed), 7 when the registry refuses.
     """
     from attnforge.client.pull import choose, detect_host, host_from_args, why_text
-    from attnforge.core.docker_cli import Docker
     from attnforge.images.credentials import resolve_credentials
     from attnforge.images.image_smoke import engine_has_gpu, expect_from_labels, run_smoke
+    from attnforge.images.project_data import optional_compat
     from attnforge.images.registry import Registry
 
     if not registry:
@@ -66,7 +67,7 @@ def command(
         raise ConfigurationError("--driver/--cuda describe another machine: give its --gpu too")
     creds = resolve_credentials(username, password_env, password_file)
     host = host_from_args(gpu, driver, cuda) if gpu else detect_host()
-    compat = _optional(project, "compat")
+    compat = optional_compat(project, lambda msg: click.echo(msg, err=True))
     reg = Registry(registry, creds.username, creds.password)
     best, cands = choose(
         reg,
@@ -103,8 +104,6 @@ def command(
             raise PublishError(f"docker pull {ref} failed: {res.tail(3)}")
     click.echo(f"pulled {ref}")
     if smoke:
-        from attnforge.core.errors import TestFailure
-
         dk2 = Docker()
         report = run_smoke(dk2, ref, expect_from_labels(best.labels), gpu=engine_has_gpu(dk2), log=click.echo)
         if not report["ok"]:

@@ -9,11 +9,12 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from attnforge.cli.runner_view import render
 from attnforge.core.errors import EnvironmentProblem, TestFailure
 from attnforge.core.kernels import KERNELS
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.project import Project
-from attnforge.runner.check_report import SmokeRequest, render, run_checks
+from attnforge.runner.check_report import SmokeRequest, run_checks
 from attnforge.runner.checks import CheckOptions
 from attnforge.runner.host import Host, ReplayHost, SystemHost
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 import click
 
 from attnforge.core.errors import ConfigurationError
+from attnforge.matrix.project import Project
 
 
-def _default_dir(project: Any) -> Path:
+def _default_dir(project: Project) -> Path:
     try:
         dest = project.matrix.destinations.get("local")
         if dest is not None and dest.kind == "static" and dest.path:
@@ -27,7 +27,7 @@ def _default_dir(project: Any) -> Path:
 @click.option("--port", type=int, default=8000, show_default=True, help="TCP port (0 = any free port).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.pass_obj
-def command(project: Any, directory: Path | None, port: int, host: str) -> None:
+def command(project: Project, directory: Path | None, port: int, host: str) -> None:
     """Serve a static index (default: the `local` destination, else wheels/index) until Ctrl-C.
 
     \b
