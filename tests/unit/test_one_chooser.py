@@ -12,7 +12,7 @@ import pytest
 from attnforge.builder import parallelism
 from attnforge.engine import resources
 from attnforge.engine.backends.local import LocalBackend
-from attnforge.engine.progress import ProgressView
+from attnforge.engine.progress import PlainProgressView
 from attnforge.engine.rocm.build_plan import rocm_parallelism
 from attnforge.engine.run import Engine
 from attnforge.images.ngc_image import ngc_parallelism
@@ -55,7 +55,7 @@ def test_every_path_asks_the_one_chooser(calls: list[Any], tmp_path: Path) -> No
     cell = _cuda_cell(project)
     rocm = next(c for c in project.plan("release").valid if c.toolkit.kind == "rocm" and not c.pure_python)
 
-    engine = Engine(project, LocalBackend(), ProgressView(quiet=True), max_jobs=3, nvcc_threads=1)
+    engine = Engine(project, LocalBackend(), PlainProgressView(), max_jobs=3, nvcc_threads=1)
     engine.machine = lambda: MACHINE  # type: ignore[method-assign]
     answers = {
         "engine": engine.parallelism(cell, share=1),

@@ -23,6 +23,9 @@ from attnforge.core.errors import EnvironmentProblem
 DOCKER_ENV = "ATTNFORGE_DOCKER"
 DEFAULT_DOCKER = "/usr/bin/docker"
 
+# The host's CA bundle, handed to image builds as a BuildKit secret (never a layer) where a build downloads.
+DEFAULT_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
 
 def docker_executable(default: str = DEFAULT_DOCKER) -> str:
     """The docker CLI every attnforge command runs: $ATTNFORGE_DOCKER, else `default` (read at each call, so

@@ -8,9 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from attnforge.builder.toolkits import cuda_variant
-from attnforge.core.docker_cli import Docker
+from attnforge.core.docker_cli import DEFAULT_CA, Docker
 from attnforge.core.errors import ConfigurationError
-from attnforge.core.pins import local_base
 from attnforge.engine.backends.pip_config import PipOptions, pip_options
 from attnforge.engine.sources import fetch_source
 from attnforge.images.ngc import BaseFacts, probe_base
@@ -25,6 +24,7 @@ from attnforge.images.requests import (
     runtime_request,
     with_flex,
 )
+from attnforge.images.runtime_image import DEFAULT_RUNTIME_BASE
 from attnforge.images.standin import ensure_standin
 from attnforge.images.tags import aliases, resolve_tags
 from attnforge.matrix.cell import Cell
@@ -32,9 +32,6 @@ from attnforge.matrix.project import Project
 from attnforge.matrix.schema import PipSpec
 
 Log = Callable[[str], None]
-
-DEFAULT_CA = Path("/etc/ssl/certs/ca-certificates.crt")
-LOCAL_RUNTIME_BASE = local_base()
 
 
 def wheels_dir_of(project: Project, wheels: Path | None, log: Log) -> Path:
@@ -73,7 +70,7 @@ def runtime_base_for(project: Project, explicit: str | None, toolkit: str, log: 
         return explicit
     matrix = optional_matrix(project, log)
     if matrix is None or matrix.build.local_base:
-        return LOCAL_RUNTIME_BASE
+        return DEFAULT_RUNTIME_BASE
     compat = optional_compat(project, log)
     row = compat.cuda_toolkit(toolkit.removeprefix("cuda")) if compat is not None else None
     if row is None or not row.runtime_image:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,8 @@ _cred_options = [
 ]
 
 
-def cred_options(f: Any) -> Any:
+def cred_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The registry credential options (`--username-env`, `--password-env`, ...) on a command."""
     for opt in reversed(_cred_options):
         f = opt(f)
     return f

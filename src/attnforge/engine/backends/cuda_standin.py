@@ -20,11 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnforge.core.docker_cli import docker_executable
+from attnforge.core.docker_cli import DEFAULT_CA, docker_executable
 from attnforge.core.pins import cuda_standins, local_base
 from attnforge.engine.backends.debian_base import BaseImageError, bootstrap_debian_base, image_id
-
-DEFAULT_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from attnforge.core.docker_cli import docker_executable
+from attnforge.core.docker_cli import DEFAULT_CA, docker_executable
 from attnforge.core.errors import BuildError, EnvironmentProblem
 from attnforge.core.pins import local_base
 from attnforge.engine.backends.cuda_standin import STANDINS, ensure_cuda_standin, standin_for
@@ -32,7 +32,6 @@ BUILDER_DIR = Path(__file__).resolve().parents[2] / "builder"
 BUILDER_MOUNT = "/opt/attnforge"  # the builder package is mounted at /opt/attnforge/builder
 DOCKER_DIR = Path(__file__).resolve().parents[4] / "docker"
 LOCAL_BASE = local_base()
-DEFAULT_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
 def dockerfile_dir() -> Path:
