@@ -38,6 +38,7 @@ from attnforge.builder.source import prepare_tree
 from attnforge.builder.spec import BuildSpec, Source
 from attnforge.builder.torchenv import variant_mismatch
 from attnforge.core.errors import EnvironmentProblem
+from attnforge.core.package_files import packaged_docker_dir
 from attnforge.engine.backends.debian_base import bootstrap_debian_base, image_exists
 from attnforge.engine.sources import _download as download
 from attnforge.matrix.source_lock import sdist_url
@@ -123,11 +124,11 @@ def builder_image() -> str:
     if override:
         return override
     bootstrap_debian_base(BASE)
-    digest = hashlib.sha256((ROOT / "docker" / "cuda-builder.Dockerfile").read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256((packaged_docker_dir() / "cuda-builder.Dockerfile").read_bytes()).hexdigest()[:12]
     tag = f"attnforge/cuda-builder:test-cu130-{digest}"
     if image_exists(tag):
         return tag
-    cmd = [DOCKER, "build", "-f", str(ROOT / "docker" / "cuda-builder.Dockerfile"), "--network", "host"]
+    cmd = [DOCKER, "build", "-f", str(packaged_docker_dir() / "cuda-builder.Dockerfile"), "--network", "host"]
     cmd += [
         "--build-arg",
         f"BASE_IMAGE={BASE}",
@@ -138,7 +139,7 @@ def builder_image() -> str:
     ]
     if CA.exists():
         cmd += ["--secret", f"id=ca_bundle,src={CA}"]
-    cmd += ["-t", tag, str(ROOT / "docker")]
+    cmd += ["-t", tag, str(packaged_docker_dir())]
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "DOCKER_BUILDKIT": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return tag
