@@ -27,6 +27,7 @@ PYTHON = "3.11"
 # (`ATTNFORGE_RUN_ALL_SLOW=1 pytest tests/integration/test_images_build.py tests/integration/test_build_cu124.py`).
 CI_SLOW_ALLOWLIST: list[str] = [
     "test_build_default",  # `attnforge build --target default` through Docker + the env build against its torch (~12 min)
+    "test_installed_wheel",  # attnforge's own wheel in a fresh venv: plan, --dry-run, builder image (~2 min)
     "test_images_fast",  # runtime + NGC-style images built, smoked, pushed, pulled back, smoked (~4 min warm)
     "test_flex_cpu_wheel",  # Flex kernels built on CPU, packaged, loaded in a fresh venv (~4 min); also selects
     # test_flex_cpu_wheel_clients: declared transformers/diffusers shapes served from the wheel (~5 min)

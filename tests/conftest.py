@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -14,6 +15,10 @@ from attnforge.matrix.compat import CompatData, load_compat
 
 ROOT = Path(__file__).resolve().parents[1]
 MINI_COMPAT = ROOT / "tests" / "data" / "compat_mini.toml"
+
+# matrix.yaml's FA3 source is the upstream commit (git); these machines can't reach GitHub, so the tests take
+# its pinned snapshot from the shared folder beside the checkout (CI and the GPU machine set their own).
+os.environ.setdefault("ATTNFORGE_SOURCES", str(ROOT.parent / "shared" / "sources"))
 
 
 @pytest.fixture
@@ -51,8 +56,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     engine there is a failure, not a skip). Drift tests (reproductions of upstream bugs, failing while the
     bug exists) run only when the marker expression names them (``-m drift``).
     """
-    import os
-
     if "drift" not in (config.getoption("markexpr") or ""):
         skip_drift = pytest.mark.skip(reason="upstream reproduction: runs only with -m drift")
         for item in items:

@@ -22,13 +22,14 @@ from typing import Any
 
 import pytest
 
+from attnforge.core.docker_cli import docker_executable
 from attnforge.core.pins import cpu_torch
 from attnforge.images.localindex import LocalIndexServer, Sources
 from attnforge.images.standin import standin_torch_version
 
 ROOT = Path(__file__).resolve().parents[2]
 MINI = ROOT / "tests" / "integration" / "data" / "mini_flash_attn"
-DOCKER = "/usr/bin/docker"
+DOCKER = docker_executable()  # ATTNFORGE_DOCKER, as attnforge itself
 CA = Path("/etc/ssl/certs/ca-certificates.crt")  # the host's CA bundle, given to the builds as a secret
 RELEASE = "99.09"  # the stand-in's release name (a test row below, not a real NGC release)
 IMAGE_PYTHON = "3.11"  # the Python of the images: Debian bookworm's (local base, stand-in)

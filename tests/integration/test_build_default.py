@@ -1,42 +1,42 @@
 """The README's main job for real: `attnforge build --target default` through Docker, then the wheel in a fresh venv.
 
 A real flash-attn 2.8.3 compile (profile fwd128, sm_90, CUDA 13.0 from PyPI in a locally bootstrapped
-Debian base, torch 2.14.1): about 5-10 minutes on 2 cores. CI runs it (noxfile.CI_SLOW_ALLOWLIST).
+Debian base, torch 2.14.1): about 5-10 minutes on 2 cores. CI runs it (noxfile.CI_SLOW_ALLOWLIST). attnforge
+runs from its own wheel installed outside the checkout (conftest's `installed_attnforge`), as a team has it.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from .conftest import InstalledAttnforge
+
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
-def attnforge(matrix: Path, *args: str, timeout: int = 2400) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "attnforge.cli", "--matrix", str(matrix), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**__import__("os").environ, "CI": "1"},
-    )
+def attnforge(
+    inst: InstalledAttnforge, matrix: Path, *args: str, timeout: int = 2400
+) -> subprocess.CompletedProcess[str]:
+    return inst.run("--matrix", str(matrix), *args, cwd=matrix.parent, timeout=timeout, CI="1")
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory, root: Path) -> tuple[Path, Path, str]:
-    """Build the default target once into a private output and cache folder."""
+def built(
+    tmp_path_factory: pytest.TempPathFactory, root: Path, installed_attnforge: InstalledAttnforge
+) -> tuple[Path, Path, str]:
+    """Build the default target once into a private output and cache folder, with the installed attnforge."""
     tmp = tmp_path_factory.mktemp("build-default")
     data = yaml.safe_load((root / "matrix.yaml").read_text())
     data["build"]["output_dir"] = str(tmp / "wheels")
     data["build"]["cache_dir"] = str(tmp / "cache")
     matrix = tmp / "matrix.yaml"
     matrix.write_text(yaml.safe_dump(data, sort_keys=False))
-    proc = attnforge(matrix, "build", "--target", "default")
+    proc = attnforge(installed_attnforge, matrix, "build", "--target", "default")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return matrix, tmp / "wheels", proc.stdout + proc.stderr
 
@@ -63,10 +63,12 @@ def test_default_wheel_and_manifest(built: tuple[Path, Path, str]) -> None:
     assert (wheels / "logs" / f"{manifest['cell_id']}.log").is_file()
 
 
-def test_second_run_skips_the_unchanged_cell(built: tuple[Path, Path, str]) -> None:
+def test_second_run_skips_the_unchanged_cell(
+    built: tuple[Path, Path, str], installed_attnforge: InstalledAttnforge
+) -> None:
     matrix, wheels, _ = built
     before = {p.name: p.stat().st_mtime_ns for p in wheels.glob("*.whl")}
-    proc = attnforge(matrix, "build", "--target", "default", timeout=600)
+    proc = attnforge(installed_attnforge, matrix, "build", "--target", "default", timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "skipped" in proc.stdout + proc.stderr
     assert {p.name: p.stat().st_mtime_ns for p in wheels.glob("*.whl")} == before
@@ -99,7 +101,9 @@ def test_wheel_imports_in_a_fresh_venv(built: tuple[Path, Path, str], tmp_path: 
     assert probe.stdout.strip().startswith("2.8.3")
 
 
-def test_env_build_against_that_venvs_torch(built: tuple[Path, Path, str], tmp_path: Path) -> None:
+def test_env_build_against_that_venvs_torch(
+    built: tuple[Path, Path, str], tmp_path: Path, installed_attnforge: InstalledAttnforge
+) -> None:
     """`attnforge build --python` (the env backend: a GPU runner's route) against the torch the docker build
     installed, on this host's CUDA 13.0 toolkit: the same cell name, the kernel objects of the docker build
     reused, only the binding compiled, `build.backend: "env"` with the exact torch build."""
@@ -109,7 +113,17 @@ def test_env_build_against_that_venvs_torch(built: tuple[Path, Path, str], tmp_p
     env_matrix = tmp_path / "matrix.yaml"
     env_matrix.write_text(yaml.safe_dump(data, sort_keys=False))
     python = Path(data["build"]["cache_dir"]) / "venvs" / "cp311-torch2.14.1-cu130" / "bin" / "python"
-    proc = attnforge(env_matrix, "build", "--python", str(python), "--profile", "fwd128", "--arch", "sm_90")
+    proc = attnforge(
+        installed_attnforge,
+        env_matrix,
+        "build",
+        "--python",
+        str(python),
+        "--profile",
+        "fwd128",
+        "--arch",
+        "sm_90",
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (wheel,) = (tmp_path / "env-wheels").glob("*.whl")
     assert wheel.name == next(built[1].glob("*.whl")).name

@@ -37,7 +37,9 @@ from attnforge.builder.report import Reporter
 from attnforge.builder.source import prepare_tree
 from attnforge.builder.spec import BuildSpec, Source
 from attnforge.builder.torchenv import variant_mismatch
+from attnforge.core.docker_cli import docker_executable
 from attnforge.core.errors import EnvironmentProblem
+from attnforge.core.package_files import packaged_docker_dir
 from attnforge.engine.backends.debian_base import bootstrap_debian_base, image_id
 from attnforge.engine.sources import _download as download
 from attnforge.matrix.source_lock import sdist_url
@@ -45,7 +47,7 @@ from attnforge.matrix.source_lock import sdist_url
 ROOT = Path(__file__).resolve().parents[2]
 BUILDER_PKG = ROOT / "src" / "attnforge" / "builder"
 TINYEXT = Path(__file__).resolve().parent / "data" / "tinyext"
-DOCKER = "/usr/bin/docker"
+DOCKER = docker_executable()  # ATTNFORGE_DOCKER, as attnforge itself
 BASE = "local/debian:bookworm"
 CA = Path("/etc/ssl/certs/ca-certificates.crt")
 FA_SHA256 = "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
@@ -123,11 +125,11 @@ def builder_image() -> str:
     if override:
         return override
     bootstrap_debian_base(BASE)
-    digest = hashlib.sha256((ROOT / "docker" / "cuda-builder.Dockerfile").read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256((packaged_docker_dir() / "cuda-builder.Dockerfile").read_bytes()).hexdigest()[:12]
     tag = f"attnforge/cuda-builder:test-cu130-{digest}"
     if image_id(tag) is not None:
         return tag
-    cmd = [DOCKER, "build", "-f", str(ROOT / "docker" / "cuda-builder.Dockerfile"), "--network", "host"]
+    cmd = [DOCKER, "build", "-f", str(packaged_docker_dir() / "cuda-builder.Dockerfile"), "--network", "host"]
     cmd += [
         "--build-arg",
         f"BASE_IMAGE={BASE}",
@@ -138,7 +140,7 @@ def builder_image() -> str:
     ]
     if CA.exists():
         cmd += ["--secret", f"id=ca_bundle,src={CA}"]
-    cmd += ["-t", tag, str(ROOT / "docker")]
+    cmd += ["-t", tag, str(packaged_docker_dir())]
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "DOCKER_BUILDKIT": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return tag

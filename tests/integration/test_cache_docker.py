@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from attnforge.cache import docker_items
+from attnforge.core.docker_cli import docker_executable
 
-DOCKER = "/usr/bin/docker"
+DOCKER = docker_executable()  # ATTNFORGE_DOCKER, as attnforge itself
 Run = Callable[..., tuple[int, str, str]]
 pytestmark = pytest.mark.docker
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from attnforge.core.docker_cli import docker_executable
 from attnforge.core.errors import PublishError
 from attnforge.images.localregistry import LocalRegistry
 from attnforge.images.push import push_set
@@ -23,7 +24,7 @@ from attnforge.images.registry import Registry
 
 pytestmark = pytest.mark.docker
 
-DOCKER = "/usr/bin/docker"
+DOCKER = docker_executable()  # ATTNFORGE_DOCKER, as attnforge itself
 USER = "alice"
 PASSWORD = "pw-" + secrets.token_hex(12)
 LOCAL = "attnforge-test/images-fast"

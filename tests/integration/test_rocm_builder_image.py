@@ -17,12 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from attnforge.core.docker_cli import docker_executable
+from attnforge.core.package_files import packaged_docker_dir
 from attnforge.engine.backends.debian_base import BaseImageError, bootstrap_debian_base, image_id
 
 pytestmark = [pytest.mark.docker]
 
-DOCKER = "/usr/bin/docker"
-DOCKERFILE = Path(__file__).resolve().parents[2] / "docker" / "rocm-builder.Dockerfile"
+DOCKER = docker_executable()  # ATTNFORGE_DOCKER, as attnforge itself
+DOCKERFILE = packaged_docker_dir() / "rocm-builder.Dockerfile"
 STANDIN = "local/debian:bookworm"
 CA = Path("/etc/ssl/certs/ca-certificates.crt")
 HIPCC_MSG = "no hipcc in the base image: use a rocm/dev-ubuntu base"

@@ -21,6 +21,7 @@ from attnforge.builder.report import Reporter
 from attnforge.ci.workflows import KernelSetJob, devel_base
 from attnforge.cli.commands.build import parse_base_images
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
+from attnforge.core.package_files import packaged_docker_dir
 from attnforge.engine.backends.cuda_standin import STANDINS, build_command
 from attnforge.engine.backends.docker import LOCAL_BASE, DockerBackend, python_prefix
 from attnforge.engine.progress import PlainProgressView
@@ -221,7 +222,7 @@ def test_base_image_option_wins_and_enters_the_identity(tmp_path: Path) -> None:
 def test_registry_base_is_used_by_its_pinned_digest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     docker_dir = tmp_path / "docker"
     docker_dir.mkdir()
-    shutil.copy(ROOT / "docker" / "cuda-builder.Dockerfile", docker_dir)
+    shutil.copy(packaged_docker_dir() / "cuda-builder.Dockerfile", docker_dir)
     pin = "sha256:" + "ab" * 32
     (docker_dir / "bases.toml").write_text(
         f'schema = 1\n[[base]]\nname = "nvidia/cuda:12.4.1-devel-ubuntu22.04"\nkind = "registry"\npin = "{pin}"\n'

@@ -18,13 +18,16 @@ from attnforge.builder.patches import resolve_patches
 from attnforge.builder.report import Reporter
 from attnforge.builder.source import prepare_tree
 from attnforge.builder.spec import BuildSpec, Source
-from attnforge.core.errors import ConfigurationError
+from attnforge.core.errors import BuildError, ConfigurationError
+from attnforge.engine.sources import fetch_source, git_snapshot
 from attnforge.matrix.file import load_matrix
+from attnforge.matrix.schema import SourceSpec
 from attnforge.matrix.source_lock import source_path, write_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "flash-attention-3-0251105a.tar.gz"
 SHA = "ce0cca1eaeeac1d1eaaa84c733a4ce9c371c7009b98b7d4aa51d188c5a364f93"
+COMMIT = "0251105a2fb19d2957484b7f023cd8c115286ced"
 
 
 @pytest.fixture(scope="module")
@@ -188,11 +191,14 @@ def test_knobs_refuse_what_fa3_cannot_build(tmp_path: Path, kw: dict[str, object
         build_env(spec(tmp_path, tmp_path / "x.tar.gz", **kw), "/usr/bin/python3", tmp_path, 0, 1, None)
 
 
+# the path-source form of matrix.yaml's FA3 source (docs/matrix.md: a site may name its snapshot directly)
+PATH_SOURCE = SourceSpec(kind="path", path=f"${{ATTNFORGE_SOURCES}}/{NAME}", sha256=SHA, subdir="hopper")
+
+
 def test_source_path_expands_and_names_a_missing_snapshot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    matrix = load_matrix(ROOT / "matrix.yaml")
-    src = matrix.kernels["flash-attn-3"].source
+    src = PATH_SOURCE
     monkeypatch.setenv("ATTNFORGE_SOURCES", str(tmp_path / "nowhere"))
     with pytest.raises(
         ConfigurationError,
@@ -209,7 +215,8 @@ def test_source_path_expands_and_names_a_missing_snapshot(
 def test_lock_pins_the_path_source(snapshot: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ATTNFORGE_SOURCES", str(snapshot.parent))
     matrix = load_matrix(ROOT / "matrix.yaml")
-    pinned = {"flash-attn-3": matrix.kernels["flash-attn-3"]}  # the FA2 sdist's pin needs the index
+    fa3 = matrix.kernels["flash-attn-3"].model_copy(update={"source": PATH_SOURCE})
+    pinned = {"flash-attn-3": fa3}  # the FA2 sdist's pin needs the index
     lock = write_lock(matrix.model_copy(update={"kernels": pinned}), tmp_path / "attnforge.lock")
     assert lock["flash-attn-3"]["3.0.0"]["sha256"] == SHA
     assert json.loads((tmp_path / "attnforge.lock").read_text()) == lock
@@ -218,6 +225,27 @@ def test_lock_pins_the_path_source(snapshot: Path, tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("ATTNFORGE_SOURCES", str(tmp_path))
     with pytest.raises(ConfigurationError, match="pins sha256 ce0cca1eaeea… but the path source is"):
         write_lock(matrix.model_copy(update={"kernels": pinned}), tmp_path / "attnforge.lock")
+
+
+def test_git_source_takes_the_pinned_snapshot_offline(
+    snapshot: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """matrix.yaml's FA3 source is the upstream commit; ATTNFORGE_SOURCES supplies its snapshot (no git, no
+    network), checked against the source's sha256; a wrong or unpinned snapshot is refused."""
+    spec = load_matrix(ROOT / "matrix.yaml").kernels["flash-attn-3"]
+    assert spec.source.kind == "git" and spec.source.ref == COMMIT and spec.source.sha256 == SHA
+    monkeypatch.setenv("ATTNFORGE_SOURCES", str(snapshot.parent))
+    got = fetch_source("flash-attn-3", spec, COMMIT, tmp_path / "cache", ROOT)
+    assert (got.path, got.sha256, got.subdir) == (str(snapshot), SHA, "hopper")
+    assert not (tmp_path / "cache").exists()  # nothing fetched or packed
+    (tmp_path / NAME).write_bytes(snapshot.read_bytes() + b"\0")
+    monkeypatch.setenv("ATTNFORGE_SOURCES", str(tmp_path))
+    with pytest.raises(BuildError, match="no snapshot of commit 0251105a2fb1 .* matches the pinned sha256"):
+        fetch_source("flash-attn-3", spec, COMMIT, tmp_path / "cache", ROOT)
+    unpinned = spec.model_copy(update={"source": spec.source.model_copy(update={"sha256": None})})
+    with pytest.raises(ConfigurationError, match="pins no sha256 to check it against"):
+        fetch_source("flash-attn-3", unpinned, COMMIT, tmp_path / "cache", ROOT)
+    assert git_snapshot("flash-attn-3", "f" * 40, SHA) is None  # another commit: the git fetch
 
 
 def test_fa3_ninja_rules_are_counted(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from attnforge.builder.report import Reporter
 from attnforge.builder.source import prepare_tree
 from attnforge.builder.spec import BuildSpec, Source
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
+from attnforge.core.package_files import packaged_docker_dir
 from attnforge.engine.environment import Env
 from attnforge.images import ngc_image
 from attnforge.images.ngc import NGC_IMAGE_TEMPLATE, STANDIN_TEMPLATE, BaseFacts
@@ -307,7 +308,7 @@ def test_dockerfile_stages_match_the_spec_paths() -> None:
     """ngc.Dockerfile: `build` mounts the context's attnforge/ where the spec's paths point and runs the
     builder with NGC's flash-attn pin filtered out; `wheel` exports OUT alone; `replace` installs from
     wheels/; `keep` touches nothing."""
-    text = (ROOT / "docker" / "ngc.Dockerfile").read_text()
+    text = (packaged_docker_dir() / "ngc.Dockerfile").read_text()
     stages = re.findall(r"^FROM (\S+) AS (\w+)$", text, re.MULTILINE)
     assert stages == [
         ("${NGC_IMAGE}", "build"),

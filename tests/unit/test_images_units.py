@@ -17,6 +17,7 @@ import pytest
 from attnforge.client.pull import Candidate, Host, arch_fit, evaluate
 from attnforge.core.docker_cli import Docker, pushed_digest, redact
 from attnforge.core.errors import ConfigurationError, PublishError
+from attnforge.core.package_files import packaged_docker_dir
 from attnforge.engine.backends.pip_config import PipOptions
 from attnforge.engine.base_images import BaseRecord, load_bases, write_bases
 from attnforge.images import push as push_mod
@@ -270,7 +271,7 @@ def test_bases_roundtrip(tmp_path: Path) -> None:
 
 
 def test_repo_bases_file_parses() -> None:
-    bases = load_bases(Path(__file__).resolve().parents[2] / "docker" / "bases.toml")
+    bases = load_bases(packaged_docker_dir() / "bases.toml")
     assert "local/debian:bookworm" in bases
     assert all(b.kind in ("local", "registry") for b in bases.values())
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-DOCKERFILE = Path(__file__).resolve().parents[2] / "docker" / "rocm-builder.Dockerfile"
+from attnforge.core.package_files import packaged_docker_dir
+
+DOCKERFILE = packaged_docker_dir() / "rocm-builder.Dockerfile"
 
 
 def hadolint() -> str | None:

@@ -1,8 +1,14 @@
 """Kernel sources on the host: download once into the cache (PyPI sdists, URLs), take a local archive, or pack
-a pinned git commit (`gitsource`), verify it against the pin, and hand the builder a `Source`."""
+a pinned git commit (`gitsource`), verify it against the pin, and hand the builder a `Source`.
+
+A `git` source may instead come from a folder of pinned snapshots, `$ATTNFORGE_SOURCES` (air-gapped sites, CI,
+this project's tests): an archive there named `<anything>-<commit prefix, 7+ hex digits>.tar.gz` replaces the
+fetch, checked against the source's `sha256` (the snapshot's own pin; the commit stays the cell's pin).
+"""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
@@ -30,6 +36,40 @@ def _download(url: str, dest: Path) -> None:
     Path(tmp.name).replace(dest)
 
 
+SOURCES_ENV = "ATTNFORGE_SOURCES"
+_SNAPSHOT = re.compile(r"-([0-9a-f]{7,40})\.tar\.gz$")
+
+
+def git_snapshot(kernel: str, commit: str, sha256: str | None) -> Path | None:
+    """The snapshot of `commit` in `$ATTNFORGE_SOURCES` (None when the variable is unset or the folder has none).
+    ConfigurationError for a snapshot without a pin; BuildError when no snapshot of the commit matches it."""
+    folder = os.environ.get(SOURCES_ENV)
+    if not folder:
+        return None
+    root = Path(folder)
+    if not root.is_dir():
+        raise ConfigurationError(
+            f"{SOURCES_ENV}={folder} is not a folder (it names a folder of source snapshots)"
+        )
+    found = sorted(
+        p for p in root.glob("*.tar.gz") if (m := _SNAPSHOT.search(p.name)) and commit.startswith(m.group(1))
+    )
+    if not found:
+        return None
+    if sha256 is None:
+        raise ConfigurationError(
+            f"{kernel}: {found[0]} is a snapshot of commit {commit[:12]} in {SOURCES_ENV}, but the git source pins "
+            f"no sha256 to check it against: set kernels.{kernel}.source.sha256 to the snapshot's sha256"
+        )
+    for path in found:
+        if sha256_file(path) == sha256:
+            return path
+    raise BuildError(
+        f"{kernel}: no snapshot of commit {commit[:12]} in {SOURCES_ENV}={folder} matches the pinned sha256 "
+        f"{sha256[:16]}… ({', '.join(p.name for p in found)}); nothing was compiled"
+    )
+
+
 def fetch_source(
     kernel: str, spec: KernelSpec, expected_sha256: str | None, cache: Path, base: Path
 ) -> Source:
@@ -43,7 +83,20 @@ def fetch_source(
                 f"{kernel} {spec.version}: git ref {src.ref!r} is not pinned to a commit: run `attnforge lock` "
                 "or give the full commit as ref"
             )
-        archive = git_archive(kernel, src.url, expected_sha256, cache)
+        snapshot = git_snapshot(kernel, expected_sha256, src.sha256)
+        if snapshot is not None:
+            return Source(path=str(snapshot), sha256=sha256_file(snapshot), url=None, subdir=src.subdir or "")
+        try:
+            archive = git_archive(kernel, src.url, expected_sha256, cache)
+        except EnvironmentProblem as exc:
+            where = os.environ.get(SOURCES_ENV)
+            name = f"<name>-{expected_sha256[:8]}.tar.gz"
+            hint = (
+                f"{SOURCES_ENV}={where} holds no {name}"
+                if where
+                else f"offline, set {SOURCES_ENV} to a folder holding its snapshot {name}"
+            )
+            raise EnvironmentProblem(f"{exc} ({kernel} at commit {expected_sha256[:12]}: {hint})") from None
         return Source(path=str(archive), sha256=sha256_file(archive), url=None, subdir=src.subdir or "")
     if src.kind == "path":
         path = source_path(kernel, src, base)

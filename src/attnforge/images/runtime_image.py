@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from attnforge.core.docker_cli import Docker, docker_executable
-from attnforge.core.errors import BuildError, ConfigurationError, EnvironmentProblem, TestFailure
+from attnforge.core.errors import BuildError, ConfigurationError, TestFailure
+from attnforge.core.package_files import docker_dir as package_docker_dir
 from attnforge.core.pins import local_base
 from attnforge.engine.backends.pip_config import PipOptions
 from attnforge.engine.base_images import BaseCheck, check_base, load_bases
@@ -35,7 +36,6 @@ from attnforge.images.tags import aliases, resolve_tags
 
 Log = Callable[[str], None]
 HERE = Path(__file__).resolve().parent
-REPO_DOCKER_DIR = Path(__file__).resolve().parents[3] / "docker"
 DEFAULT_REPOSITORY = "attnforge/flash-attn"
 DEFAULT_RUNTIME_BASE = local_base()
 NGC_WHEELS = "ngc"  # <out_dir>/ngc/: the finalized wheels compiled on NGC bases (only for their images)
@@ -46,12 +46,8 @@ def _quiet(_: str) -> None:
 
 
 def docker_dir() -> Path:
-    """docker/ of the source tree (ATTNFORGE_DOCKER_DIR overrides)."""
-    override = os.environ.get("ATTNFORGE_DOCKER_DIR")
-    path = Path(override) if override else REPO_DOCKER_DIR
-    if not (path / "runtime.Dockerfile").exists():
-        raise EnvironmentProblem(f"no runtime.Dockerfile under {path}: set ATTNFORGE_DOCKER_DIR")
-    return path
+    """attnforge's docker/ folder (package data; ATTNFORGE_DOCKER_DIR overrides): core.package_files."""
+    return package_docker_dir("runtime.Dockerfile")
 
 
 @dataclass

@@ -14,6 +14,7 @@ from attnforge.cache.build_lock import build_lock
 from attnforge.cli.progress_view import ConsoleProgressView
 from attnforge.core.errors import BuildError, ConfigurationError
 from attnforge.engine.backends.choice import choose_backend
+from attnforge.engine.backends.docker import DockerBackend
 from attnforge.engine.backends.env import EnvBackend, environment_cells, read_environment, template_cell
 from attnforge.engine.jobs import Backend
 from attnforge.engine.run import CellResult, Engine
@@ -153,6 +154,12 @@ def summary_table(results: list[CellResult]) -> Table:
 )
 @click.option("--dry-run", is_flag=True, help="Show what would be built and with how many jobs, then stop.")
 @click.option(
+    "--builder-image-only",
+    is_flag=True,
+    help="Docker backend: build (or reuse) the builder image of each CUDA toolkit of the chosen cells, print "
+    "its tag, then stop (no cell is built).",
+)
+@click.option(
     "--quiet", is_flag=True, help="Plain progress lines instead of the live view (automatic in CI)."
 )
 @click.pass_obj
@@ -172,6 +179,7 @@ def command(
     memory_limit: float | None,
     parallel_cells: int | None,
     dry_run: bool,
+    builder_image_only: bool,
     quiet: bool,
 ) -> None:
     """Build the wheels of a target (or of the cells named with --cell) into build.output_dir.
@@ -216,6 +224,15 @@ def command(
             for cell in chosen:
                 via = engine.backend_for(cell).name
                 view.log(f"{cell.id} -> {cell.wheel_name} ({via}): {engine.parallelism(cell, 1).reason}")
+            return
+        if builder_image_only:
+            if not isinstance(engine_backend, DockerBackend):
+                raise ConfigurationError(
+                    f"--builder-image-only needs the docker backend, not {engine_backend.name}"
+                )
+            mine = [c for c in chosen if engine.backend_for(c) is engine_backend and c.toolkit.kind == "cuda"]
+            for toolkit in sorted({c.toolkit for c in mine}, key=str):
+                view.log(f"builder image {toolkit}: {engine_backend.ensure_builder(toolkit, view)}")
             return
         res = project.matrix.build.resources
         par = parallel_cells or (

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnforge.core.docker_cli import DEFAULT_CA, docker_executable
+from attnforge.core.package_files import docker_dir
 from attnforge.core.pins import cuda_standins, local_base
 from attnforge.engine.backends.debian_base import BaseImageError, bootstrap_debian_base, image_id
 
@@ -66,10 +67,8 @@ class StandinResult:
 
 
 def standin_dir() -> Path:
-    """docker/cuda-standin/ of the source tree (ATTNFORGE_DOCKER_DIR overrides docker/)."""
-    override = os.environ.get("ATTNFORGE_DOCKER_DIR")
-    root = Path(override) if override else Path(__file__).resolve().parents[4] / "docker"
-    return root / "cuda-standin"
+    """docker/cuda-standin/ of attnforge's docker/ folder (package data; ATTNFORGE_DOCKER_DIR overrides docker/)."""
+    return docker_dir("cuda-standin") / "cuda-standin"
 
 
 def standin_for(cuda: str) -> CudaStandin | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from attnforge.core.docker_cli import DEFAULT_CA, docker_executable
 from attnforge.core.errors import BuildError, EnvironmentProblem
+from attnforge.core.package_files import docker_dir
 from attnforge.core.pins import local_base
 from attnforge.engine.backends.cuda_standin import STANDINS, ensure_cuda_standin, standin_for
 from attnforge.engine.backends.debian_base import BaseImageError, bootstrap_debian_base, image_id
@@ -30,17 +31,12 @@ from attnforge.matrix.rules import host_compiler_problem
 
 BUILDER_DIR = Path(__file__).resolve().parents[2] / "builder"
 BUILDER_MOUNT = "/opt/attnforge"  # the builder package is mounted at /opt/attnforge/builder
-DOCKER_DIR = Path(__file__).resolve().parents[4] / "docker"
 LOCAL_BASE = local_base()
 
 
 def dockerfile_dir() -> Path:
-    """docker/ of the source tree (Dockerfiles are not packaged into the wheel)."""
-    override = os.environ.get("ATTNFORGE_DOCKER_DIR")
-    path = Path(override) if override else DOCKER_DIR
-    if not (path / "cuda-builder.Dockerfile").exists():
-        raise EnvironmentProblem(f"no docker/cuda-builder.Dockerfile under {path}: set ATTNFORGE_DOCKER_DIR")
-    return path
+    """attnforge's docker/ folder (package data; ATTNFORGE_DOCKER_DIR overrides): core.package_files."""
+    return docker_dir("cuda-builder.Dockerfile")
 
 
 def python_prefix(version: str) -> Path:
