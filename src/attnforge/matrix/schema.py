@@ -59,7 +59,7 @@ class SourceSpec(Strict):
     path: str | None = Field(
         None,
         description="a local source archive (kind=path), e.g. a `git archive`; relative to matrix.yaml's folder; "
-        "${VAR} and ${VAR:-default} are expanded (e.g. ${ATTNFORGE_SOURCES:-../shared/sources}/x.tar.gz)",
+        "${VAR} and ${VAR:-default} are expanded (e.g. ${ATTNFORGE_SOURCES}/x.tar.gz)",
     )
     sha256: str | None = Field(None, description="expected sha256 of the archive (pypi-sdist/url/path)")
     subdir: str | None = Field(
