@@ -19,11 +19,11 @@ MODULE_CELL = re.compile(r"^\| `([\w/]+\.py)`")
 
 
 def modules() -> set[str]:
-    """Every module of the package as its path under src/attnforge (package __init__ files included)."""
+    """Every module of the package as its path under src/attnforge (package __init__ files included; the\n    Dockerfiles' build contexts under docker/ are data, not modules)."""
     return {
         p.relative_to(PACKAGE).as_posix()
         for p in PACKAGE.rglob("*.py")
-        if "__pycache__" not in p.parts and p.name != "__main__.py"
+        if "__pycache__" not in p.parts and p.name != "__main__.py" and p.relative_to(PACKAGE).parts[0] != "docker"
     }
 
 
