@@ -23,7 +23,9 @@ def modules() -> set[str]:
     return {
         p.relative_to(PACKAGE).as_posix()
         for p in PACKAGE.rglob("*.py")
-        if "__pycache__" not in p.parts and p.name != "__main__.py" and p.relative_to(PACKAGE).parts[0] != "docker"
+        if "__pycache__" not in p.parts
+        and p.name != "__main__.py"
+        and p.relative_to(PACKAGE).parts[0] != "docker"
     }
 
 

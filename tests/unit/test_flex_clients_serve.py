@@ -1,4 +1,4 @@
-"""Serving client calls from built variants (attnforge.flex.runtime.serve and the client adapters), on CPU.
+"""Serving client calls from built variants (attnforge.flex.runtime.server and the client adapters), on CPU.
 
 The variants here are declared like users declare them; their kernel is FlexAttention itself run eagerly
 (the compiled artifacts need minutes to build: tests/integration/test_flex_cpu_wheel_clients.py runs the
@@ -22,7 +22,7 @@ from attnforge.flex import runtime  # noqa: E402
 from attnforge.flex.flex_spec import parse_variants  # noqa: E402
 from attnforge.flex.runtime import envkeys, mods  # noqa: E402
 from attnforge.flex.runtime.loader import _Guarded  # noqa: E402
-from attnforge.flex.runtime.serve import Call, Server, run_padded  # noqa: E402
+from attnforge.flex.runtime.server import Call, Server, run_padded  # noqa: E402
 
 LLAMA = {"num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 64, "torch_dtype": "bfloat16"}
 DECL = {
@@ -184,7 +184,7 @@ def test_padded_gradients_equal_unpadded_ones(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_stale_artifacts_warn_once_and_serve_nothing(tmp_path: Path) -> None:
-    runtime.manifest._warned.clear()
+    runtime.artifact_manifest._warned.clear()
     art = _artifacts(tmp_path, envkeys.collect("cpu") | {"torch": "1.0.0"})
     with pytest.warns(runtime.FlexCacheWarning, match="another environment: torch") as rec:
         servers = runtime.enable(["torch", "transformers"], artifacts=art)
@@ -332,7 +332,7 @@ def test_plain_script_drop_in_serves_an_equal_block_mask(clients: Any) -> None:
 
 
 def test_a_corrupted_package_warns_once_and_the_variant_compiles_instead(tmp_path: Path) -> None:
-    runtime.manifest._warned.clear()
+    runtime.artifact_manifest._warned.clear()
     art = _artifacts(tmp_path)
     manifest = json.loads((art / "manifest.json").read_text())
     entry = manifest["variants"][0]

@@ -89,7 +89,7 @@ def _artifacts(tmp_path: Path, env: dict, blob: bytes = b"x") -> Path:
 
 def test_missing_artifacts_warn_once_and_load_nothing(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    runtime.manifest._warned.clear()
+    runtime.artifact_manifest._warned.clear()
     with pytest.warns(runtime.FlexCacheWarning, match="no usable artifacts"):
         res = runtime.load(tmp_path / "none")
     assert not res.ok and res.loaded == []
@@ -100,7 +100,7 @@ def test_missing_artifacts_warn_once_and_load_nothing(tmp_path: Path) -> None:
 
 def test_stale_environment_falls_back(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    runtime.manifest._warned.clear()
+    runtime.artifact_manifest._warned.clear()
     env = envkeys.collect("cpu") | {"torch": "2.0.0+cpu"}
     art = _artifacts(tmp_path, env)
     with pytest.warns(runtime.FlexCacheWarning, match="another environment: torch"):
@@ -110,7 +110,7 @@ def test_stale_environment_falls_back(tmp_path: Path) -> None:
 
 def test_corrupted_artifact_is_skipped_not_fatal(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    runtime.manifest._warned.clear()
+    runtime.artifact_manifest._warned.clear()
     art = _artifacts(tmp_path, envkeys.collect("cpu"), blob=b"corrupted")
     with pytest.warns(runtime.FlexCacheWarning, match="sha256 differs"):
         res = runtime.load(art)
@@ -120,7 +120,7 @@ def test_corrupted_artifact_is_skipped_not_fatal(tmp_path: Path) -> None:
 def test_attention_runs_eager_fallback_values(tmp_path: Path) -> None:
     """Without usable artifacts the variant still computes the right thing (compiled normally)."""
     pytest.importorskip("torch")
-    runtime.manifest._warned.clear()
+    runtime.artifact_manifest._warned.clear()
     art = _artifacts(tmp_path, envkeys.collect("cpu") | {"torch": "0"})
     fn = runtime.attention("v", art)
     with pytest.raises(KeyError):

@@ -19,8 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .artifact_manifest import ARTIFACTS, MANIFEST, FlexCacheWarning, read_manifest, variants, warn_once
 from .loader import LoadResult, TrainPackages, aoti, attention, load, load_package, precompiled_function
-from .manifest import ARTIFACTS, MANIFEST, FlexCacheWarning, read_manifest, variants, warn_once
 
 __all__ = [
     "ARTIFACTS",

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .serve import Call, Server
+from .server import Call, Server
 
 _server: Server | None = None
 _stock: Any = None  # diffusers' own flex backend function

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import mods
-from .serve import Call, Server, matches
+from .server import Call, Server, matches
 
 _server: Server | None = None
 _compiled: Any = None

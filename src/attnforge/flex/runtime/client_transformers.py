@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .serve import Call, Server
+from .server import Call, Server
 
 NAME = "attnforge_flex"
 _server: Server | None = None

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .manifest import ARTIFACTS, base_dir, read_manifest, variants, warn_once
+from .artifact_manifest import ARTIFACTS, base_dir, read_manifest, variants, warn_once
 
 _loaded: dict[str, Any] = {}
 

@@ -1,5 +1,5 @@
 """The artifacts folder and its manifest, and the one-time warning when they are not used: what the loader
-(``__init__``) and the client servers (``serve``) share."""
+(``loader``) and the client servers (``server``) share."""
 
 from __future__ import annotations
 

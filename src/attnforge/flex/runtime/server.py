@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from . import envkeys
+from .artifact_manifest import read_manifest, variants, warn_once
 from .loader import attention
-from .manifest import read_manifest, variants, warn_once
 
 log = logging.getLogger("attnforge_flex")
 DTYPE_NAMES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
