@@ -75,13 +75,19 @@ def test_second_run_skips_the_unchanged_cell(
 
 
 def test_wheel_imports_in_a_fresh_venv(built: tuple[Path, Path, str], tmp_path: Path) -> None:
-    """Real pip install next to the torch it was built for; the CUDA extension loads (no GPU needed)."""
-    _, wheels, _ = built
+    """Real pip install into a fresh venv next to the torch it was built for (the build's own torch 2.14.1+cu130
+    venv, seen through a .pth as a site's shared torch would be: pip resolves `torch==2.14.*` against it and
+    installs the rest); the CUDA extension loads (no GPU needed)."""
+    matrix, wheels, _ = built
     wheel = next(wheels.glob("flash_attn-2.8.3+*.whl"))
+    cache = Path(yaml.safe_load(matrix.read_text())["build"]["cache_dir"])
+    (torch_site,) = (cache / "venvs" / "cp311-torch2.14.1-cu130" / "lib").glob("python3*/site-packages")
     venv = tmp_path / "venv"
     subprocess.run(["python3.11", "-m", "venv", str(venv)], check=True)
+    (site,) = (venv / "lib").glob("python3*/site-packages")
+    (site / "_build_torch.pth").write_text(f"{torch_site}\n")
     pip = subprocess.run(
-        [str(venv / "bin" / "pip"), "install", "-q", "torch==2.14.1", str(wheel)],
+        [str(venv / "bin" / "pip"), "install", "-q", str(wheel)],
         capture_output=True,
         text=True,
         timeout=1200,
@@ -91,14 +97,15 @@ def test_wheel_imports_in_a_fresh_venv(built: tuple[Path, Path, str], tmp_path: 
         [
             str(venv / "bin" / "python"),
             "-c",
-            "import torch, flash_attn, flash_attn_2_cuda; print(flash_attn.__version__)",
+            "import torch, flash_attn, flash_attn_2_cuda; print(flash_attn.__version__, torch.__version__)",
         ],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert probe.returncode == 0, probe.stderr[-2000:]
-    assert probe.stdout.strip().startswith("2.8.3")
+    version, torch_version = probe.stdout.split()
+    assert version.startswith("2.8.3") and torch_version == "2.14.1+cu130"
 
 
 def test_env_build_against_that_venvs_torch(
