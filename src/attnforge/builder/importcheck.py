@@ -11,7 +11,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from .exits import EXIT_ENV, EXIT_IMPORT, BuildFailure
+from .exits import EXIT_ABI, EXIT_ENV, EXIT_IMPORT, BuildFailure
 from .report import Reporter
 
 KERNEL_SYMBOL_HINTS = ("flash::", "run_mha")
@@ -135,19 +135,39 @@ def stable_abi_check(sos: list[Path]) -> dict[str, Any]:
 
 
 def require_stable_abi(sos: list[Path], rep: Reporter) -> dict[str, Any]:
-    """Fail the build (EXIT_IMPORT) naming the first leaked symbol of each .so that imports torch C++."""
-    result = stable_abi_check(sos)
+    """Fail the build (EXIT_ABI) naming the first leaked symbol of each .so that imports torch C++."""
     if not sos:
-        raise BuildFailure(EXIT_IMPORT, "stable-ABI check: no extension module (.so) to check")
+        raise BuildFailure(EXIT_ABI, "stable-ABI check: no extension module (.so) to check", kind="stable_abi")
+    result = stable_abi_check(sos)
     for name, syms in result["leaks"].items():
         rep.line(f"attnforge: {name} imports {len(syms)} torch C++ symbol(s), e.g. {syms[0]}")
     if result["leaks"]:
         first = next(iter(result["leaks"].items()))
         raise BuildFailure(
-            EXIT_IMPORT,
+            EXIT_ABI,
             f"stable-ABI check: {first[0]} imports the torch C++ symbol {first[1][0]!r} "
             "(only the C shim, aoti_torch_* / torch_*, is allowed)",
+            kind="stable_abi",
             stable_abi=result,
         )
     rep.line(f"attnforge: stable-ABI check passed ({', '.join(result['checked'])})")
     return result
+
+
+def wheel_extensions(wheel: Path, dest: Path) -> list[Path]:
+    """Unpack every compiled extension (``*.so``, at any depth: FA3's is ``flash_attn_3/_C.abi3.so``) of a
+    wheel under ``dest``; their paths, in member order."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    out = []
+    with zipfile.ZipFile(wheel) as zf:
+        for member in zf.namelist():
+            if member.endswith(".so") or ".so." in member.rsplit("/", 1)[-1]:
+                out.append(Path(zf.extract(member, dest)))
+    return out
+
+
+def require_stable_abi_wheel(wheel: Path, workdir: Path, rep: Reporter) -> dict[str, Any]:
+    """``require_stable_abi`` on every compiled extension of a built wheel (BuildFailure EXIT_ABI)."""
+    return require_stable_abi(wheel_extensions(wheel, workdir / "abicheck"), rep)
