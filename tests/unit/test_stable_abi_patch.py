@@ -13,11 +13,20 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from attnforge.builder.exits import EXIT_CONFIG, BuildFailure
 from attnforge.builder.importcheck import torch_cxx_imports
-from attnforge.builder.patches import PATCHES_DIR, load_patch, patch_scope
+from attnforge.builder.patches import (
+    PATCHES_DIR,
+    check_requires,
+    load_patch,
+    order_by_requires,
+    patch_scope,
+    resolve_patches,
+)
 from attnforge.builder.report import Reporter
 from attnforge.builder.source import prepare_tree
 from attnforge.builder.spec import BuildSpec, Source
@@ -148,3 +157,134 @@ def test_the_stable_binding_compiles_for_torch_2_10_and_imports_no_torch_cxx(
         [*common, f"-I{inc}", "-fsyntax-only", str(probe)], capture_output=True, text=True
     )
     assert refused.returncode != 0 and "TORCH_TARGET_VERSION" in refused.stderr
+
+
+# ------------------------------------------------------------------ profiles on the stable binding
+
+PROFILE_PATCHES = [
+    "torch-free-kernels",
+    "stable-abi",
+    "setup-hooks",
+    "dispatch-subset",
+    "dispatch-subset-stable",
+]
+
+
+def profile_spec(build_dir: str, sdist: Path | None = None, **profile: Any) -> BuildSpec:
+    return BuildSpec(
+        cell_id="c",
+        kernel="flash-attn",
+        kernel_version="2.8.3",
+        source=Source(str(sdist or "/s.tar.gz"), FA_SHA256),
+        python="3.12",
+        torch="2.11.0",
+        build_dir=build_dir,
+        venv_dir="/v",
+        output_dir="/o",
+        patches=["stable-abi", "torch-free-kernels"],  # a cell's patches come sorted by name
+        stable_abi=True,
+        **profile,
+    )
+
+
+def test_a_stable_profile_build_gets_the_dispatch_patches_after_what_they_require() -> None:
+    names = resolve_patches(profile_spec("/b", head_dims=[128], dtypes=["fp16", "bf16"]))
+    assert sorted(names) == sorted(PROFILE_PATCHES)
+    for name in names:
+        for dep in load_patch(PATCHES_DIR, name).get("requires", []):
+            assert names.index(dep) < names.index(name), (dep, name)
+    # a full-profile stable build needs no dispatch patch; a per-torch one never gets the stable one
+    assert resolve_patches(profile_spec("/b")) == ["torch-free-kernels", "stable-abi"]
+    per_torch = profile_spec("/b", head_dims=[128]).replace(patches=["torch-free-kernels"])
+    assert "dispatch-subset-stable" not in resolve_patches(per_torch)
+
+
+def test_a_patch_set_missing_a_requirement_is_refused() -> None:
+    with pytest.raises(BuildFailure, match="patch stable-abi requires torch-free-kernels") as info:
+        check_requires(PATCHES_DIR, ["stable-abi"])
+    assert info.value.code == EXIT_CONFIG
+    with pytest.raises(BuildFailure, match="dispatch-subset-stable requires dispatch-subset"):
+        order_by_requires(
+            PATCHES_DIR, ["torch-free-kernels", "stable-abi", "setup-hooks", "dispatch-subset-stable"]
+        )
+    with pytest.raises(BuildFailure, match="requires setup-hooks"):
+        prepare_tree(
+            profile_spec("/nonexistent"), Path("/nonexistent.tar.gz"), ["dispatch-subset"], Reporter(None)
+        )
+
+
+@pytest.fixture(scope="module")
+def profile_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    sdist = fa_sdist()
+    assert sdist is not None
+    spec = profile_spec(str(tmp_path_factory.mktemp("stable-profile")), sdist, head_dims=[128])
+    return prepare_tree(spec, sdist, resolve_patches(spec), Reporter(None))
+
+
+@needs_sdist
+def test_the_dispatch_patch_reaches_the_stable_binding(profile_tree: Path) -> None:
+    api = (profile_tree / "csrc" / "flash_attn" / "flash_api_stable.cpp").read_text()
+    assert '#include "static_switch.h"\n#include "attnforge_dispatch.h"' in api
+    assert "ATTNFORGE_BWD_CALL(run_mha_bwd_<elem_type, kHeadDim, Is_causal>(params, stream));" in api
+    assert (profile_tree / "attnforge_setup_hook.py").is_file()
+    setup_py = (profile_tree / "setup.py").read_text()
+    assert "attnforge_setup_hook.apply(ext_modules)" in setup_py and "flash_api_stable.cpp" in setup_py
+
+
+def kernel_calls(nm_output: str) -> set[str]:
+    """The kernel launchers a binding object calls: `fwd bf16 128`, `bwd fp16 128`, `fwd_split bf16 128`."""
+    calls = set()
+    for m in re.finditer(
+        r"run_mha_(fwd|bwd|fwd_splitkv_dispatch)_?<cutlass::(half_t|bfloat16_t), (\d+),", nm_output
+    ):
+        kind = {"fwd": "fwd", "bwd": "bwd", "fwd_splitkv_dispatch": "fwd_split"}[m.group(1)]
+        calls.add(f"{kind} {'fp16' if m.group(2) == 'half_t' else 'bf16'} {m.group(3)}")
+    return calls
+
+
+@needs_sdist
+@pytest.mark.skipif(
+    stable_torch_include() is None
+    or shutil.which("g++") is None
+    or not Path("/usr/local/cuda/include").is_dir(),
+    reason="set ATTNFORGE_STABLE_TORCH_INCLUDE to a torch >= 2.10 include dir; needs g++ and CUDA headers",
+)
+@pytest.mark.parametrize(
+    ("defines", "want"),
+    [
+        # the fa2-stable target's profile: head dim 128, fp16 + bf16, fwd + bwd, dropout kept
+        (
+            ["-DATTNFORGE_HEAD_DIMS=128", "-DATTNFORGE_FP16=1", "-DATTNFORGE_BF16=1"],
+            {f"{k} {d} 128" for k in ("fwd", "bwd", "fwd_split") for d in ("fp16", "bf16")},
+        ),
+        # fwd128: bf16 forward only, every feature off
+        (
+            ["-DATTNFORGE_HEAD_DIMS=128", "-DATTNFORGE_FP16=0", "-DATTNFORGE_BF16=1"]
+            + [
+                f"-DFLASHATTENTION_DISABLE_{f}"
+                for f in ("BACKWARD", "DROPOUT", "ALIBI", "SOFTCAP", "UNEVEN_K", "LOCAL")
+            ],
+            {"fwd bf16 128", "fwd_split bf16 128"},
+        ),
+    ],
+    ids=["hd128-fwd-bwd", "fwd128"],
+)
+def test_a_profile_stable_binding_calls_only_the_kernels_it_compiles(
+    profile_tree: Path, tmp_path: Path, defines: list[str], want: set[str]
+) -> None:
+    import sysconfig
+
+    inc = stable_torch_include()
+    src = profile_tree / "csrc" / "flash_attn"
+    obj = tmp_path / "flash_api_stable.o"
+    cmd = ["g++", "-std=c++17", "-fPIC", "-O1", "-DTORCH_TARGET_VERSION=0x020a000000000000"]
+    cmd += ["-DPy_LIMITED_API=0x030a0000", *defines, f"-I{inc}", "-I/usr/local/cuda/include"]
+    cmd += [f"-I{sysconfig.get_paths()['include']}", f"-I{src}", f"-I{src / 'src'}"]
+    cmd += [f"-I{profile_tree / 'csrc' / 'cutlass' / 'include'}", "-c", str(src / "flash_api_stable.cpp")]
+    proc = subprocess.run([*cmd, "-o", str(obj)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    nm = subprocess.run(
+        ["nm", "--undefined-only", "-C", str(obj)], capture_output=True, text=True, check=True
+    )
+    assert torch_cxx_imports(nm.stdout) == []
+    assert kernel_calls(nm.stdout) == want

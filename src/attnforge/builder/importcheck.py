@@ -137,7 +137,9 @@ def stable_abi_check(sos: list[Path]) -> dict[str, Any]:
 def require_stable_abi(sos: list[Path], rep: Reporter) -> dict[str, Any]:
     """Fail the build (EXIT_ABI) naming the first leaked symbol of each .so that imports torch C++."""
     if not sos:
-        raise BuildFailure(EXIT_ABI, "stable-ABI check: no extension module (.so) to check", kind="stable_abi")
+        raise BuildFailure(
+            EXIT_ABI, "stable-ABI check: no extension module (.so) to check", kind="stable_abi"
+        )
     result = stable_abi_check(sos)
     for name, syms in result["leaks"].items():
         rep.line(f"attnforge: {name} imports {len(syms)} torch C++ symbol(s), e.g. {syms[0]}")
