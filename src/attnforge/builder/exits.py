@@ -10,6 +10,7 @@ EXIT_CONFIG = 2  # bad spec, source sha256 mismatch, a patch that does not apply
 EXIT_BUILD = 4  # compile or link error (the failing unit and its first error lines are printed)
 EXIT_ENV = 5  # no Python of that version, torch not installable, wrong torch variant, no nvcc
 EXIT_IMPORT = 6  # the built extension does not import next to torch
+EXIT_ABI = 7  # a stable-ABI wheel's extension imports a torch C++ symbol (at::, c10::, torch::)
 EXIT_OOM = 75  # a compiler was killed (OOM): rerun with fewer max_jobs in the same build_dir, it resumes
 EXIT_INTERRUPTED = 130
 EXIT_CONTAINER_KILLED = 137  # docker's --memory limit killed the whole builder (the host sees this)

@@ -32,7 +32,7 @@ from .exits import (
     BuildFailure,
 )
 from .files import sha256_file
-from .importcheck import import_check, pure_wheel_check
+from .importcheck import import_check, pure_wheel_check, require_stable_abi_wheel
 from .knobs import build_env, ccache_stats, cuda_home
 from .ninja import NinjaParser, count_ninja_units, unit_times
 from .objects import identity, save_kernel_objects, usable_prebuilt
@@ -221,6 +221,7 @@ def build(spec: BuildSpec, rep: Reporter, result: dict[str, Any]) -> None:
     result.update(
         wheel=str(final), wheel_name=final.name, size=final.stat().st_size, sha256=sha256_file(final)
     )
+    check_stable_abi(spec, final, rep, result)
     if spec.pure_python:
         chk = pure_wheel_check(final)
         result["wheel_check"] = chk
@@ -237,6 +238,20 @@ def build(spec: BuildSpec, rep: Reporter, result: dict[str, Any]) -> None:
             raise BuildFailure(
                 EXIT_IMPORT, "the built extension does not import: " + chk["output"][-500:], kind="import"
             )
+
+
+def check_stable_abi(spec: BuildSpec, wheel: Path, rep: Reporter, result: dict[str, Any]) -> None:
+    """A stable-ABI wheel (``spec.stable_abi``): none of its compiled extensions imports a torch C++ symbol
+    (at::, c10::, torch::, caffe2::), or the build fails with EXIT_ABI naming the first one. Needs no torch
+    and no GPU (``nm``), so it runs before the import check and also where that one is off. Its time is in
+    ``stages["abi_check"]`` (no stage events: the host's progress view knows the builder's stages by name)."""
+    if not spec.stable_abi or spec.pure_python:
+        return
+    start = time.monotonic()
+    try:
+        result["stable_abi_check"] = require_stable_abi_wheel(wheel, Path(spec.build_dir), rep)
+    finally:
+        result["stages"]["abi_check"] = round(time.monotonic() - start, 1)
 
 
 def main(argv: list[str] | None = None) -> int:

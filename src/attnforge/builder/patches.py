@@ -6,6 +6,8 @@ the compiled kernel units, so it is part of the kernel-set key) or ``binding`` (
 kernel units include no torch header (their objects serve every torch release of a CUDA lane). Each edit (``replace``, ``insert_before``,
 ``insert_after``, ``copy``) must match exactly ``count`` times (default 1), so a patch that no longer fits
 its source fails loudly instead of half-applying. Paths in a patch are relative to the archive's top folder.
+``requires`` names patches that must be applied before it: the builder orders a spec's patches so they
+are, and refuses a set that lacks one (EXIT_CONFIG).
 """
 
 from __future__ import annotations
@@ -29,15 +31,18 @@ FA3_OFFLINE_PATCH = (
     "fa3-offline"  # FA3's hopper/setup.py: no submodule update, toolkit download or wheel lookup
 )
 FA3_GUARD_PATCH = "fa3-dispatch-guard"  # FA3's mha_fwd refuses a V head dim it has no kernel for
+STABLE_PATCH = "stable-abi"  # FA2's binding on torch's stable ABI (flash_api_stable.cpp, one abi3 .so)
+STABLE_DISPATCH_PATCH = "dispatch-subset-stable"  # dispatch-subset for flash_api_stable.cpp
 
 
 def patches_dir() -> Path:
     return PATCHES_DIR
 
 
-def resolve_patches(spec: BuildSpec) -> list[str]:
-    """Patch names in application order: the FA2 hook patches when the spec needs them, FA3's offline and
-    dispatch-guard patches always."""
+def resolve_patches(spec: BuildSpec, pdir: Path = PATCHES_DIR) -> list[str]:
+    """Patch names in application order: the FA2 hook patches when the spec needs them (with the stable-ABI
+    binding, its own dispatch-subset too), FA3's offline and dispatch-guard patches always; each after the
+    patches it ``requires``."""
     names = list(spec.patches)
     if spec.kernel == "flash-attn-3":
         names += [p for p in (FA3_OFFLINE_PATCH, FA3_GUARD_PATCH) if p not in names]
@@ -49,7 +54,49 @@ def resolve_patches(spec: BuildSpec) -> list[str]:
             names.append(HOOK_PATCH)
         if profile and DISPATCH_PATCH not in names:
             names.append(DISPATCH_PATCH)
-    return names
+        if profile and STABLE_PATCH in names and STABLE_DISPATCH_PATCH not in names:
+            names.append(STABLE_DISPATCH_PATCH)
+    return order_by_requires(pdir, names)
+
+
+def requires(pdir: Path, name: str) -> list[str]:
+    """The patches a patch needs applied before it (its ``requires``; none for an unknown patch)."""
+    return list(load_patch(pdir, name).get("requires", [])) if patch_exists(name, pdir) else []
+
+
+def order_by_requires(pdir: Path, names: list[str]) -> list[str]:
+    """``names`` in their order, but each after the patches it requires (which must be among them);
+    BuildFailure(EXIT_CONFIG) naming a missing requirement or a cycle."""
+    check_requires(pdir, names)
+    ordered: list[str] = []
+    visiting: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in ordered:
+            return
+        if name in visiting:
+            raise BuildFailure(EXIT_CONFIG, f"patches require each other in a cycle through {name!r}")
+        visiting.add(name)
+        for dep in requires(pdir, name):
+            visit(dep)
+        visiting.discard(name)
+        ordered.append(name)
+
+    for name in names:
+        visit(name)
+    return ordered
+
+
+def check_requires(pdir: Path, names: list[str]) -> None:
+    """Every patch's ``requires`` is in the set (BuildFailure(EXIT_CONFIG) naming the first missing one)."""
+    for name in names:
+        missing = [dep for dep in requires(pdir, name) if dep not in names]
+        if missing:
+            raise BuildFailure(
+                EXIT_CONFIG,
+                f"patch {name} requires {', '.join(missing)}, which the build does not apply "
+                f"(patches: {', '.join(names)})",
+            )
 
 
 def load_patch(pdir: Path, name: str) -> dict[str, Any]:

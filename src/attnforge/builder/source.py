@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .exits import EXIT_CONFIG, BuildFailure
 from .files import sha256_file
-from .patches import apply_patch, patch_digest, patches_dir
+from .patches import apply_patch, check_requires, patch_digest, patches_dir
 from .report import Reporter
 from .spec import BuildSpec
 
@@ -80,6 +80,7 @@ def prepare_tree(spec: BuildSpec, archive: Path, patches: list[str], rep: Report
     build_dir.mkdir(parents=True, exist_ok=True)
     state_path = build_dir / STATE_FILE
     pdir = patches_dir()
+    check_requires(pdir, patches)
     want = {
         "source_sha256": spec.source.sha256.lower(),
         "subdir": spec.source.subdir,

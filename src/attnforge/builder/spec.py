@@ -18,7 +18,9 @@ same thing on both sides. Field by field (defaults in the dataclass):
   first);
 - where: ``build_dir`` (unpacked tree, kept for resume), ``venv_dir``, ``output_dir`` (wheel, result.json,
   build.log), ``kernel_objects_dir`` (compiled kernel objects shared by cells of one kernel set);
-- checks: ``import_check``, ``import_names``.
+- checks: ``import_check``, ``import_names``, ``stable_abi`` (a stable-ABI, cp3X-abi3 wheel: every compiled
+  extension in it must import no torch C++ symbol, only torch's C shim; FA2 with the ``stable-abi`` patch and
+  FA3 on torch >= 2.9).
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ class BuildSpec:
     unit_seconds: dict[str, float] = field(default_factory=dict)
     import_check: bool = True
     import_names: list[str] | None = None
+    stable_abi: bool = False
     schema: int = SCHEMA
 
     @property

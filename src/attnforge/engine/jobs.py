@@ -106,6 +106,7 @@ def make_spec(
         dtypes=list(profile.dtypes) if profile.dtypes else None,
         rocm_backend=profile.rocm_backend,
         import_names=import_names(cell.kernel),
+        stable_abi=cell.stable_abi,
         max_jobs=parallelism.max_jobs,
         nvcc_threads=parallelism.nvcc_threads,
         ccache_dir=str(ccache_dir),

@@ -60,6 +60,9 @@ class Cell:
         None  # a stable-ABI (abi3) wheel: the oldest torch it serves ("2.9"), set by a rule
     )
     abi3_python: str | None = None  # ... and the oldest CPython ("3.10"): its tag is cp310-abi3
+    abi_request: str = field(
+        default="torch", compare=False, hash=False
+    )  # its target's `abi` (torch | stable)
     profile_spec: ProfileSpec = field(default_factory=lambda: ProfileSpec(), compare=False, hash=False)
     source_sha256: str | None = field(default=None, compare=False, hash=False)
     patches: tuple[str, ...] = field(default=(), compare=False, hash=False)
@@ -166,8 +169,10 @@ class Cell:
     def key_inputs(self, across_torch: bool = True) -> dict[str, object]:
         """What decides the compiled GPU code: Python never; torch only while the kernel units include it
         (`across_torch=False`: torch always, the key before kernels were shared across torch releases); for
-        a stable-ABI wheel the torch floor, not the torch release it happens to build with. Patches that
-        touch only the per-torch binding (scope `binding`) are left out."""
+        a stable-ABI wheel the torch floor, not the torch release it happens to build with, unless its
+        kernel units are torch-free too (FA2's stable binding): then it shares the per-torch cells' key, as
+        the same kernel objects serve both bindings. Patches that touch only the binding (scope `binding`:
+        stable-abi, cxx20-binding, dispatch-subset-stable) are left out."""
         inputs: dict[str, object] = {
             "kernel": self.kernel,
             "version": self.kernel_version,
@@ -179,11 +184,12 @@ class Cell:
             "platform": self.platform,
             "profile": self.profile_spec.model_dump(exclude={"description"}),
         }
-        if self.stable_abi:
+        shared = across_torch and self.torch_free_kernels
+        if self.stable_abi and not shared:
             inputs.update(
                 torch=f"stable-abi>={self.torch_floor}", torch_variant=None, abi3_python=self.abi3_python
             )
-        elif not (across_torch and self.torch_free_kernels):
+        elif not self.stable_abi and not shared:
             inputs.update(torch=self.torch, torch_variant=self.torch_variant)
             if self.custom_torch:
                 inputs["torch_build"] = self.torch_build

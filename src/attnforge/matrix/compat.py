@@ -76,6 +76,11 @@ class KernelRelease(Row):
     stable_abi_torch: str | None = None  # from this torch on: one stable-ABI (abi3) wheel for every torch
     abi3_python: str | None = None  # the CPython floor of that abi3 wheel
     torch_free_patch: str | None = None  # the patch that takes torch out of the kernel units
+    stable_binding_torch: str | None = (
+        None  # a target with `abi: stable`: a stable-ABI binding from this torch on
+    )
+    stable_binding_patch: str | None = None  # ... the patch that builds it (FA2: stable-abi)
+    stable_binding_source: str = ""  # where the stable API it uses comes from
     head_dims: list[int] = list(kernel_head_dims("flash-attn"))
     dtypes: list[str] = ["fp16", "bf16"]
     always_dtypes: list[str] = []  # compiled in every wheel (no switch)

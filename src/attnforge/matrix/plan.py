@@ -72,7 +72,7 @@ class Plan:
         torch, python = span({x.torch_family for x in cells}), span({x.python for x in cells})
         if c.pure_python:
             return f"no compiled kernels (pure-Python wheel): torch {torch}, Python {python}"
-        if c.stable_abi:
+        if c.stable_abi and not c.torch_free_kernels:
             return (
                 f"stable-ABI kernels (torch >= {c.torch_floor}): one wheel for torch {torch}, Python {python}"
             )
@@ -81,14 +81,28 @@ class Plan:
         patch = next(p for p in c.patches if torch_free([p]))
         by_layout: dict[str, set[str]] = {}
         for x in cells:
-            by_layout.setdefault(self.philox.get(x.torch_family, "not recorded"), set()).add(x.torch_family)
+            if not x.stable_abi:
+                by_layout.setdefault(self.philox.get(x.torch_family, "not recorded"), set()).add(
+                    x.torch_family
+                )
         layouts = ", ".join(
             f"{ty} in {span(fams)}"
             for ty, fams in sorted(by_layout.items(), key=lambda kv: min(parse_version(f) for f in kv[1]))
         )
+        stable = sorted({f"torch >= {x.torch_floor}" for x in cells if x.stable_abi})
+        per_torch = [x for x in cells if not x.stable_abi]
+        if not per_torch:
+            return (
+                f"kernel units without torch (patch '{patch}'), linked by the stable-ABI binding: one wheel for "
+                f"{', '.join(stable)} x Python >= {c.abi3_python}"
+            )
+        stable_part = f"; also the stable-ABI wheel for {', '.join(stable)}" if stable else ""
+        torch = span({x.torch_family for x in per_torch})
+        python = span({x.python for x in per_torch})
         return (
-            f"kernel units without torch (patch '{patch}'), shared by torch {torch} x Python {python}; the binding "
-            f"converts each torch's Philox state to the kernels' own (offset_intragraph_: {layouts})"
+            f"kernel units without torch (patch '{patch}'), shared by torch {torch} x Python {python}"
+            f"{stable_part}; the binding converts each torch's Philox state to the kernels' own "
+            f"(offset_intragraph_: {layouts})"
         )
 
     def wheels_by_kernel(self) -> dict[str, int]:
@@ -184,8 +198,10 @@ def resolve_torch(version: str, data: CompatData) -> str:
     return row.latest
 
 
-def make_cell(combo: Combo, matrix: Matrix, data: CompatData, lock: dict[str, Any]) -> Cell:
-    """Turn one combination of axis values into a Cell (not yet checked)."""
+def make_cell(
+    combo: Combo, matrix: Matrix, data: CompatData, lock: dict[str, Any], abi: str = "torch"
+) -> Cell:
+    """Turn one combination of axis values into a Cell (not yet checked); `abi` is its target's."""
     kernel = combo["kernel"]
     if kernel not in matrix.kernels:
         raise ConfigurationError(f"kernel '{kernel}' is used by a target but not declared under 'kernels'")
@@ -210,6 +226,7 @@ def make_cell(combo: Combo, matrix: Matrix, data: CompatData, lock: dict[str, An
         profile_spec=matrix.profiles[profile],
         source_sha256=source_sha256(kernel, spec, data, lock),
         source_kind=spec.source.kind,
+        abi_request=abi,
     )
 
 
@@ -225,7 +242,7 @@ def plan_target(matrix: Matrix, target: str, data: CompatData, lock: dict[str, A
         raise NothingToDoError(
             f"target '{target}' expands to no cell (check its matrix, include and exclude)"
         )
-    verdicts = [check(make_cell(c, matrix, data, lock or {}), data) for c in combos]
+    verdicts = [check(make_cell(c, matrix, data, lock or {}, spec.abi), data) for c in combos]
     verdicts.sort(key=lambda v: v.cell.id)
     reject_same_wheel(verdicts, data)
     reject_unsupported_host_compiler(verdicts, matrix.build.base_images, data)

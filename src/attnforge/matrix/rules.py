@@ -281,13 +281,25 @@ def _offline_toolchain(v: Verdict, data: CompatData) -> None:
 
 @rule("stable-abi")
 def _stable_abi(v: Verdict, data: CompatData) -> None:
-    """From its stable-ABI torch on, a kernel's cell is one cp3X-abi3 wheel for every torch >= that floor."""
+    """From its stable-ABI torch on, a kernel's cell is one cp3X-abi3 wheel for every torch >= that floor:
+    always (FA3: `stable_abi_torch`), or when its target asks for it with `abi: stable` (FA2:
+    `stable_binding_torch`, built with the `stable_binding_patch`)."""
     c = v.cell
     k = data.kernel_release(c.kernel, c.kernel_version)
-    if k is None or k.stable_abi_torch is None or c.toolkit.kind != "cuda":
+    if k is None:
         return
-    if parse_version(c.torch_family) < parse_version(k.stable_abi_torch):
-        return  # kernel-requirements says why
+    floor, patch = k.stable_abi_torch, None
+    if floor is None and c.abi_request == "stable":
+        floor, patch = _stable_binding(v, k)
+    if floor is None or c.toolkit.kind != "cuda":
+        return
+    if parse_version(c.torch_family) < parse_version(floor):
+        if patch:
+            v.notes.append(
+                f"abi: stable, but torch {c.torch_family} is older than {c.kernel} {k.version}'s stable-ABI "
+                f"floor {floor} (torch/csrc/stable ops it calls): a per-torch wheel for torch {c.torch_family}"
+            )
+        return  # FA3: kernel-requirements says why
     floor_py = k.abi3_python or "3.10"
     if parse_version(c.python) < parse_version(floor_py):
         _fail(
@@ -298,11 +310,28 @@ def _stable_abi(v: Verdict, data: CompatData) -> None:
             k.source,
         )
         return
-    v.cell = replace(c, torch_floor=k.stable_abi_torch, abi3_python=floor_py)
+    patches = tuple(sorted({*c.patches, patch})) if patch else c.patches
+    v.cell = replace(c, torch_floor=floor, abi3_python=floor_py, patches=patches)
+    binding = f" (patch '{patch}')" if patch else ""
     v.notes.append(
-        f"stable ABI: one {v.cell.wheel_tag} wheel serves torch >= {k.stable_abi_torch} and "
+        f"stable ABI{binding}: one {v.cell.wheel_tag} wheel serves torch >= {floor} and "
         f"Python >= {floor_py}; built here with torch {c.torch} and Python {c.python}"
     )
+
+
+def _stable_binding(v: Verdict, k: KernelRelease) -> tuple[str | None, str | None]:
+    """The torch floor and patch of a kernel's opt-in stable-ABI binding, or (None, None) with a note saying
+    why the cell keeps the per-torch one."""
+    c = v.cell
+    if not k.stable_binding_torch or not k.stable_binding_patch:
+        v.notes.append(
+            f"abi: stable, but {c.kernel} {k.version} has no stable-ABI binding: a per-torch wheel"
+        )
+        return None, None
+    if c.toolkit.kind != "cuda":
+        v.notes.append(f"abi: stable, but the stable-ABI binding is CUDA only: a per-torch {c.toolkit} wheel")
+        return None, None
+    return k.stable_binding_torch, k.stable_binding_patch
 
 
 @rule("profile")
@@ -393,7 +422,7 @@ def _cxx_standard(v: Verdict, data: CompatData) -> None:
     c = v.cell
     t = data.torch_release(c.torch)
     k = data.kernel_release(c.kernel, c.kernel_version)
-    if t and k and t.cxx_std > k.cxx_std and k.torch_headers == "stable":
+    if t and k and t.cxx_std > k.cxx_std and (k.torch_headers == "stable" or c.stable_abi):
         v.notes.append(
             f"torch {t.family} headers need C++{t.cxx_std}, but {c.kernel} {k.version} includes only torch's "
             f"stable headers, which compile as C++{k.cxx_std}: no patch"

@@ -213,6 +213,16 @@ class TargetSpec(Strict):
     matrix: AxisValues
     include: list[MatrixEntry] = Field(default_factory=list)
     exclude: list[MatrixEntry] = Field(default_factory=list)
+    abi: Literal["torch", "stable"] = Field(
+        "torch",
+        description=(
+            "torch: each flash-attn (FA2) cell links one torch release's C++ API (one wheel per torch x Python). "
+            "stable: FA2 cells on a torch that has the stable ABI (>= 2.10) build the binding on it instead, "
+            "one cp310-abi3 wheel per toolkit x arches x profile x platform for every torch >= 2.10 and "
+            "Python >= 3.10; cells of an older torch keep the per-torch binding. FA3 is stable-ABI from "
+            "torch 2.9 on either way (its setup.py decides)"
+        ),
+    )
 
 
 class ResourcesSpec(Strict):

@@ -1,7 +1,8 @@
 // attnforge: dispatch flash-attn only to the kernels this wheel was built with.
 //
 // Copied into csrc/flash_attn/ and included by flash_api.cpp right after static_switch.h by attnforge's
-// "dispatch-subset" patch (applied at build time to the user's sdist). The lists come from -D flags that
+// "dispatch-subset" patch (applied at build time to the user's sdist), and by flash_api_stable.cpp (the binding
+// on torch's stable ABI) by "dispatch-subset-stable". The lists come from -D flags that
 // attnforge's setup hook adds to the host compiler only:
 //   ATTNFORGE_HEAD_DIMS=64,128   head dims compiled (default: all six of flash-attn 2)
 //   ATTNFORGE_FP16=0|1, ATTNFORGE_BF16=0|1   dtypes compiled (default: both)
@@ -11,7 +12,15 @@
 
 #include <string>
 
+// The stable-ABI binding (compiled with TORCH_TARGET_VERSION) may use torch's header-only API only:
+// STD_TORCH_CHECK throws std::runtime_error and names no c10 symbol; the per-torch binding keeps TORCH_CHECK.
+#ifdef TORCH_TARGET_VERSION
+#include <torch/headeronly/util/Exception.h>
+#define ATTNFORGE_CHECK STD_TORCH_CHECK
+#else
 #include <c10/util/Exception.h>
+#define ATTNFORGE_CHECK TORCH_CHECK
+#endif
 
 namespace attnforge {
 
@@ -57,12 +66,12 @@ inline std::string built_dtypes() {
 }
 
 inline void unsupported_head_dim(int d) {
-  TORCH_CHECK(false, "this flash-attn wheel was built by attnforge with head dims ", built_head_dims(),
+  ATTNFORGE_CHECK(false, "this flash-attn wheel was built by attnforge with head dims ", built_head_dims(),
               " only; got ", d);
 }
 
 inline void unsupported_dtype(const char* name) {
-  TORCH_CHECK(false, "this flash-attn wheel was built by attnforge with dtypes ", built_dtypes(),
+  ATTNFORGE_CHECK(false, "this flash-attn wheel was built by attnforge with dtypes ", built_dtypes(),
               " only; got ", name);
 }
 
@@ -112,7 +121,7 @@ inline void unsupported_dtype(const char* name) {
 // run_mha_bwd's kernel call; without backward kernels it must not name them (they are not linked).
 #ifdef FLASHATTENTION_DISABLE_BACKWARD
 #define ATTNFORGE_BWD_CALL(...) \
-  TORCH_CHECK(false, "this flash-attn wheel was built by attnforge without backward kernels")
+  ATTNFORGE_CHECK(false, "this flash-attn wheel was built by attnforge without backward kernels")
 #else
 #define ATTNFORGE_BWD_CALL(...) __VA_ARGS__
 #endif
