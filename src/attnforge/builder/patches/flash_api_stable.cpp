@@ -823,6 +823,19 @@ mha_varlen_fwd(Tensor &q,  // total_q x num_heads x head_size, total_q := \sum_{
     return {out, softmax_lse, p, rng_state};
 }
 
+// attnforge: dK or dV of MQA/GQA, summed over each group of query heads that share a key head, written into
+// `out` (`rows` = the rows of `out` before its head dim). A matmul with ones, from ops of the stable ABI's
+// first releases: torch::stable::sum_out (its optional dim list) fails inside torch_call_dispatcher on
+// torch 2.11 ("aten::sum", "IntList_out"), seen in the GQA/MQA parity cases.
+static void sum_head_groups_into(torch::stable::Tensor& out, const torch::stable::Tensor& expanded,
+                                 int64_t rows, int64_t groups, int64_t head_size) {
+    auto grouped = torch::stable::reshape(expanded, {rows, groups, head_size});
+    auto ones = torch::stable::new_empty(expanded, {groups, 1});
+    torch::stable::fill_(ones, 1.0);
+    auto summed = torch::stable::matmul(torch::stable::transpose(grouped, 1, 2), ones);  // [rows, head_size, 1]
+    torch::stable::copy_(out, torch::stable::view(summed, out.sizes()));
+}
+
 void run_mha_bwd(Flash_bwd_params &params, cudaStream_t stream) {
     FP16_SWITCH(!params.is_bf16, [&] {
         HEADDIM_SWITCH(params.d, [&] {
@@ -1026,8 +1039,8 @@ mha_bwd(const Tensor &dout,  // batch_size x seqlen_q x num_heads, x multiple_of
 
     // For MQA/GQA we need to sum dK and dV across the groups
     if (num_heads_k != num_heads) {
-        torch::stable::sum_out(dk, torch::stable::reshape(dk_expanded, {batch_size, seqlen_k, num_heads_k, num_heads / num_heads_k, head_size}), {3});
-        torch::stable::sum_out(dv, torch::stable::reshape(dv_expanded, {batch_size, seqlen_k, num_heads_k, num_heads / num_heads_k, head_size}), {3});
+        sum_head_groups_into(dk, dk_expanded, batch_size * seqlen_k * num_heads_k, num_heads / num_heads_k, head_size);
+        sum_head_groups_into(dv, dv_expanded, batch_size * seqlen_k * num_heads_k, num_heads / num_heads_k, head_size);
     }
 
     return { dq, dk, dv, softmax_d };
@@ -1249,8 +1262,8 @@ mha_varlen_bwd(const Tensor &dout,  // total_q x num_heads, x head_size
 
     // For MQA/GQA we need to sum dK and dV across the groups
     if (num_heads_k != num_heads) {
-        torch::stable::sum_out(dk, torch::stable::reshape(dk_expanded, {total_k, num_heads_k, num_heads / num_heads_k, head_size}), {2});
-        torch::stable::sum_out(dv, torch::stable::reshape(dv_expanded, {total_k, num_heads_k, num_heads / num_heads_k, head_size}), {2});
+        sum_head_groups_into(dk, dk_expanded, total_k * num_heads_k, num_heads / num_heads_k, head_size);
+        sum_head_groups_into(dv, dv_expanded, total_k * num_heads_k, num_heads / num_heads_k, head_size);
     }
 
     return { dq, dk, dv, softmax_d };
