@@ -22,14 +22,13 @@ from attnforge.core.pins import local_base
 from attnforge.engine.backends.cuda_standin import STANDINS, ensure_cuda_standin, standin_for
 from attnforge.engine.backends.debian_base import BaseImageError, bootstrap_debian_base, image_id
 from attnforge.engine.backends.pip_config import PipOptions, pip_options
-from attnforge.engine.jobs import CellJob
+from attnforge.engine.jobs import BUILDER_DIR, CellJob
 from attnforge.engine.progress import ProgressView
 from attnforge.engine.resources import GIB, detect_machine
 from attnforge.matrix.cell import Cell, Toolkit
 from attnforge.matrix.project import Project
 from attnforge.matrix.rules import host_compiler_problem
 
-BUILDER_DIR = Path(__file__).resolve().parents[2] / "builder"
 BUILDER_MOUNT = "/opt/attnforge"  # the builder package is mounted at /opt/attnforge/builder
 LOCAL_BASE = local_base()
 
