@@ -216,7 +216,7 @@ def test_the_sample_is_a_fixed_seed_subset(tmp_path: Path) -> None:
 def test_upstream_files_come_from_the_snapshot_only(tmp_path: Path) -> None:
     folder = Path(os.environ.get("ATTNFORGE_SOURCES") or ROOT.parent / "shared" / "sources")
     got = upstream.extract(folder / "flash-attention-3-0251105a.tar.gz", tmp_path)
-    assert sorted(p.name for p in got.iterdir()) == sorted(upstream.FILES)
+    assert sorted(p.name for p in got.iterdir()) == sorted(upstream.FA3.files)
     assert "def test_flash_attn_output" in (got / "test_flash_attn.py").read_text()
     with pytest.raises(FileNotFoundError, match="no hopper/"):
         upstream.extract(_empty_tar(tmp_path), tmp_path / "e")

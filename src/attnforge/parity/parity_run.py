@@ -19,7 +19,13 @@ from attnforge.parity import profile as P
 from attnforge.parity.parity_report import FAILED, SKIPPED, Report, Result
 
 SUITES = ("flash", "flex", "sdpa", "hf")  # "flash": the wheel's kernel (FA2 cases, or FA3's for flash-attn-3)
-WHEEL_SUITES = ("flash_attn", "hf", "flash_attn_3", "fa3_upstream")  # what decides the wheel's verdict
+WHEEL_SUITES = (
+    "flash_attn",
+    "hf",
+    "flash_attn_3",
+    "fa3_upstream",
+    "fa2_upstream",
+)  # what decides the wheel's verdict
 
 
 def device_name() -> str:
@@ -115,6 +121,7 @@ def run(args: argparse.Namespace) -> tuple[Report, int]:
                 for r in results:
                     report.add(r)
                     _progress(log, r)
+            _run_upstream(args, prof, report, log)
     if "sdpa" in suites:
         from attnforge.parity.sdpa import run_all
 
@@ -174,20 +181,26 @@ def _run_fa3(
         for r in run_case_isolated(c, seed=i) if c.expect_error else run_case(fa3, c, seed=i):
             report.add(r)
             _progress(log, r)
-    if args.upstream_tests:
-        from attnforge.parity.upstream import run as run_upstream
+    _run_upstream(args, prof, report, log)
 
-        log(f"upstream tests: sampling {args.upstream_sample} from {args.upstream_tests}")
-        for r in run_upstream(
-            prof,
-            Path(args.upstream_tests),
-            sys.executable,
-            args.upstream_sample,
-            args.upstream_seed,
-            args.upstream_budget_s,
-        ):
-            report.add(r)
-            _progress(log, r)
+
+def _run_upstream(args: argparse.Namespace, prof: P.WheelProfile, report: Report, log: Any) -> None:
+    """A sample of upstream's own tests for the wheel's kernel, when --upstream-tests is given."""
+    if not args.upstream_tests:
+        return
+    from attnforge.parity.upstream import run as run_upstream
+
+    log(f"upstream tests: sampling {args.upstream_sample} from {args.upstream_tests}")
+    for r in run_upstream(
+        prof,
+        Path(args.upstream_tests),
+        sys.executable,
+        args.upstream_sample,
+        args.upstream_seed,
+        args.upstream_budget_s,
+    ):
+        report.add(r)
+        _progress(log, r)
 
 
 def wheel_passed(report: Report) -> bool:
@@ -229,13 +242,13 @@ def main(argv: list[str] | None = None) -> int:
         "--kernel", choices=("flash-attn", "flash-attn-3"), help="the wheel's kernel (default: manifest's)"
     )
     ap.add_argument(
-        "--upstream-tests", help="FA3: source archive (or hopper/ folder) whose test_flash_attn.py to sample"
+        "--upstream-tests",
+        help="upstream's tests to sample: FA3 a source archive or hopper/ folder; FA2 a checkout or archive of "
+        "the release's tag, its tests/ folder or tests/test_flash_attn.py itself",
     )
-    ap.add_argument("--upstream-sample", type=int, default=120, help="FA3: how many upstream tests to run")
-    ap.add_argument("--upstream-seed", type=int, default=0, help="FA3: the sample's seed")
-    ap.add_argument(
-        "--upstream-budget-s", type=float, default=300.0, help="FA3: time limit of the upstream run"
-    )
+    ap.add_argument("--upstream-sample", type=int, default=120, help="how many upstream tests to run")
+    ap.add_argument("--upstream-seed", type=int, default=0, help="the sample's seed")
+    ap.add_argument("--upstream-budget-s", type=float, default=300.0, help="time limit of the upstream run")
     ap.add_argument("--record", action="store_true", help="write the outcome into --manifest's parity")
     ap.add_argument("--report-path", help="path recorded as parity.report (default: OUT/parity.json)")
     ap.add_argument("--stem", default="parity", help="report file names: STEM.json, STEM.md, STEM.junit.xml")

@@ -58,26 +58,27 @@ def command() -> None:
     multiple=True,
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Another wheel to install into the venv beside the one under test (offline, no deps; e.g. "
-    "pytest and einops for FA3's upstream tests). Repeatable.",
+    "pytest and einops for upstream's tests). Repeatable.",
 )
 @click.option(
     "--upstream-tests",
     type=click.Path(exists=True, path_type=Path),
-    help="FA3: the source archive (or hopper/ folder) whose test_flash_attn.py is sampled.",
+    help="Upstream's tests to sample: FA3 the source archive (or hopper/ folder); FA2 a checkout or archive of "
+    "the release's tag, its tests/ folder, or tests/test_flash_attn.py itself (the sdist does not ship it).",
 )
 @click.option(
     "--upstream-sample",
     type=click.IntRange(1),
     default=120,
     show_default=True,
-    help="FA3: how many of upstream's tests to run (a fixed-seed sample).",
+    help="How many of upstream's tests to run (a fixed-seed sample; FA2: spread over every test function).",
 )
 @click.option(
     "--upstream-budget",
     type=click.FloatRange(10),
     default=300.0,
     show_default=True,
-    help="FA3: seconds the upstream sample may take (the rest counts as not run).",
+    help="Seconds the upstream sample may take (the rest counts as not run).",
 )
 @click.pass_obj
 def run(
@@ -97,8 +98,8 @@ def run(
 ) -> None:
     """Run the parity suites on this machine's GPU; GPU-less machines get an all-skipped report (exit 5).
 
-    The wheel's manifest names its kernel: a flash-attn-3 wheel runs FA3's cases (flash_attn_interface) and,
-    with --upstream-tests, a sample of upstream's hopper/test_flash_attn.py."""
+    The wheel's manifest names its kernel: a flash-attn-3 wheel runs FA3's cases (flash_attn_interface). With
+    --upstream-tests, a sample of upstream's own test_flash_attn.py runs too (FA3: hopper/, FA2: tests/)."""
     from attnforge.parity.venv import install, make_venv
 
     if manifest is None and wheel is not None:
