@@ -46,10 +46,13 @@ def test_release_target_covers_cuda_12_minors_and_rocm(run_cli: Run, root: Path)
     assert {c["python"] for c in valid} == {"3.10", "3.11", "3.12", "3.13"}
     invalid = [c for c in plan["cells"] if not c["valid"]]
     assert invalid and all(c["reasons"] and c["reasons"][0].startswith("[") for c in invalid)
-    # torch 2.14 cells get the C++20 patch: the binding's only, where the kernel units are torch-free
+    # the target is `abi: stable`: from torch 2.10 on the stable binding (no torch C++ API, so no C++20 patch),
+    # older torch releases keep the per-torch binding; the kernel units are torch-free in both
     cuda = [c for c in valid if c["toolkit"].startswith("cuda")]
     assert all("torch-free-kernels" in c["patches"] for c in cuda)
-    assert all("cxx20-binding" in c["patches"] for c in cuda if c["torch"].startswith("2.14"))
+    new = [c for c in cuda if int(c["torch"].split(".")[1]) >= 10]
+    assert new and all("stable-abi" in c["patches"] and "cxx20-binding" not in c["patches"] for c in new)
+    assert all("stable-abi" not in c["patches"] for c in cuda if c not in new)
     # kernel sets: one per CUDA lane (toolkit, ABI, arches, profile), not per torch release
     assert len({c["kernel_set_key"] for c in cuda}) == len(
         {(c["toolkit"], c["cxx11_abi"], tuple(c["arches"]), c["profile"]) for c in cuda}

@@ -221,8 +221,14 @@ def test_plan_cost_shows_what_sharing_saves(run_cli: Any, root: Path, tmp_path: 
         if any("cu126-torch2.6" in c for c in s["cells"]) and any("cu126-torch2.14" in c for c in s["cells"])
     ]
     assert lane and lane[0]["kernel_units"] == 72
+    # the target is `abi: stable`: torch >= 2.10 cells share one wheel (and one binding) per lane
+    assert lane[0]["wheels"] < len(lane[0]["cells"])
+    alone = cost["without_stable_abi"]
+    assert alone["cells"] == shared["cells"] and alone["wheels"] == alone["cells"] > shared["wheels"]
+    assert alone["compile_hours"] > shared["compile_hours"]
     code, text, _ = run_cli("--matrix", str(tmp_path / "matrix.yaml"), "plan", "-t", "release", "--cost")
     assert code == 0 and "sharing kernels across torch releases saves" in text
+    assert f"stable-ABI wheels: {shared['wheels']} wheels and bindings serve {shared['cells']} cells" in text
 
 
 def test_setup_hook_writes_the_ninja_file_in_its_order(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -83,7 +83,9 @@ class KernelSetJob:
         if len({x.torch for x in self.cells}) == 1:
             return f"build {c.variant} {c.arch_slug} {c.profile} [{', '.join(x.cp for x in self.cells)}]"
         # kernels shared across torch releases (torch-free kernel units): one job binds each (torch, Python)
-        bindings = ", ".join(f"{x.torch_family}/{x.cp}" for x in self.cells)
+        bindings = ", ".join(
+            f"torch>={x.torch_floor}/abi3" if x.stable_abi else f"{x.torch_family}/{x.cp}" for x in self.cells
+        )
         return f"build {c.toolkit.short} {c.arch_slug} {c.profile} [{bindings}]"
 
     def sort_key(self) -> tuple[str, str, str, str]:

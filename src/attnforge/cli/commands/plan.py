@@ -68,22 +68,24 @@ def render_cost(cost: PlanCost, console: Console) -> None:
         "torch",
         "python",
         "cells",
+        "wheels",
         "units",
         "hours",
     ):
         table.add_column(col, overflow="fold")
     for s in sorted(cost.shared.sets, key=lambda s: s.compile_s, reverse=True):
-        c = s.cells[0]
+        c, every = s.cells[0], s.all_cells
         table.add_row(
             s.key,
             str(c.toolkit),
             ",".join(a.replace("sm_", "") for a in c.arches),
             c.profile,
             "1" if c.cxx11_abi else "0",
-            span({x.torch_family for x in s.cells}),
-            span({x.python for x in s.cells}),
-            str(len(s.cells)),
-            f"{s.kernel_units}+{len(s.cells)}",
+            span({x.torch_family for x in every}),
+            span({x.python for x in every}),
+            str(len(every)),
+            str(s.wheels),
+            f"{s.kernel_units}+{s.wheels}",
             f"{s.compile_s / 3600:.1f}",
         )
     console.print(table)
@@ -94,7 +96,7 @@ def render_cost(cost: PlanCost, console: Console) -> None:
     )
     for label, sc in rows:
         console.print(
-            f"{label}: {len(sc.sets)} kernel sets, {sc.units} units to compile, "
+            f"{label}: {len(sc.sets)} kernel sets, {sc.wheels} wheels, {sc.units} units to compile, "
             f"{sc.compile_s / 3600:.1f} compile hours (about {sc.wall_s(cost.cores) / 3600:.1f} h on {cost.cores} cores)"
         )
     saved = cost.per_torch.compile_s - cost.shared.compile_s
@@ -102,6 +104,12 @@ def render_cost(cost: PlanCost, console: Console) -> None:
         f"sharing kernels across torch releases saves {saved / 3600:.1f} compile hours "
         f"({100 * saved / max(cost.per_torch.compile_s, 1):.0f}%)"
     )
+    alone = cost.per_torch_bindings
+    if alone is not None and cost.stable_abi_saves:
+        console.print(
+            f"stable-ABI wheels: {cost.shared.wheels} wheels and bindings serve {cost.shared.cells} cells; with a "
+            f"per-torch wheel for each: {alone.wheels} wheels and bindings, {alone.compile_s / 3600:.1f} compile hours"
+        )
     if cost.not_estimated:
         console.print(
             f"not estimated (no unit model): {len(cost.not_estimated)} cell(s), e.g. {cost.not_estimated[0].id}"
