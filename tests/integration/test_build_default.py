@@ -138,3 +138,63 @@ def test_env_build_against_that_venvs_torch(
     assert manifest["build"]["backend"] == "env" and manifest["build"]["torch_build"] == "2.14.1+cu130"
     assert manifest["build"]["units_compiled"] == 1 and manifest["build"]["units_total"] == 5
     assert manifest["inputs"]["torch_build"] == "2.14.1+cu130"
+
+
+STABLE_PROBE = """
+import json, torch, flash_attn, flash_attn_2_cuda
+q = torch.empty(2, 128, 8, 128, device="meta", dtype=torch.bfloat16)
+out = flash_attn.flash_attn_func(q, q, q, causal=True)
+print(json.dumps({"torch": torch.__version__, "flash_attn": flash_attn.__version__, "out": list(out.shape),
+                  "ops": sorted(n for n in ("fwd", "varlen_fwd", "fwd_kvcache") if hasattr(torch.ops.flash_attn_stable, n)),
+                  "extension": flash_attn_2_cuda.__file__.rsplit("/", 1)[-1]}))
+"""
+
+
+def test_stable_abi_wheel_from_the_same_kernel_objects(
+    built: tuple[Path, Path, str], tmp_path: Path, installed_attnforge: InstalledAttnforge
+) -> None:
+    """The default cell's stable-ABI twin (`abi: stable`, same toolkit, arch and profile) through Docker: its
+    kernel units are the default build's torch-free objects, so only the stable binding compiles; the build's
+    ABI check passes (no torch C++ symbol imported); the cp310-abi3 wheel installs next to torch 2.14.1, its ops
+    register under torch.ops.flash_attn_stable and flash_attn_func traces through their fakes. (The same kind of
+    file under torch 2.10-2.14 and Pythons 3.10-3.13: reports/cpu/stable_abi_imports.json; on a GPU:
+    reports/gpu/stable_abi_parity.json.)"""
+    matrix, wheels, _ = built
+    data = yaml.safe_load(matrix.read_text())
+    data["targets"]["default-stable"] = {
+        "description": "the default cell on torch's stable ABI",
+        "abi": "stable",
+        "matrix": data["targets"]["default"]["matrix"],
+    }
+    matrix.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = attnforge(installed_attnforge, matrix, "build", "--target", "default-stable")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (wheel,) = wheels.glob("flash_attn-2.8.3+*abi3*.whl")
+    assert wheel.name.startswith("flash_attn-2.8.3+cu130sm90torch2.10abi3.fwd128-cp310-abi3-manylinux_")
+    manifest = json.loads(wheel.with_name(wheel.name + ".manifest.json").read_text())
+    assert "stable-abi" in manifest["inputs"]["patches"]
+    assert manifest["build"]["units_compiled"] == 1 and manifest["build"]["units_total"] == 5
+    assert manifest["finalize"]["torch_requirement"].startswith("torch>=2.10")
+    log = (wheels / "logs" / f"{manifest['cell_id']}.log").read_text()
+    assert "stable-ABI check passed" in log
+    cache = Path(data["build"]["cache_dir"])
+    (torch_site,) = (cache / "venvs" / "cp311-torch2.14.1-cu130" / "lib").glob("python3*/site-packages")
+    venv = tmp_path / "venv"
+    subprocess.run(["python3.11", "-m", "venv", str(venv)], check=True)
+    (site,) = (venv / "lib").glob("python3*/site-packages")
+    (site / "_build_torch.pth").write_text(f"{torch_site}\n")
+    pip = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", "--no-deps", str(wheel), "einops"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    probe = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", STABLE_PROBE], capture_output=True, text=True, timeout=300
+    )
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    got = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert got["torch"] == "2.14.1+cu130" and got["flash_attn"].startswith("2.8.3")
+    assert got["out"] == [2, 128, 8, 128] and got["ops"] == ["fwd", "fwd_kvcache", "varlen_fwd"]
+    assert got["extension"] == "flash_attn_2_cuda.abi3.so"
