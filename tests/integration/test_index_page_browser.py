@@ -185,6 +185,7 @@ def test_the_page_shows_states_yanks_filters_and_the_command_which_prints(
     assert len(visible_rows(browser)) == 6
 
     shot = tmp_path / "index-page.png"
+    browser.set_window_size(1400, 2500)  # the whole page, the stable-ABI row included
     browser.save_screenshot(str(shot))
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     if os.environ.get("ATTNFORGE_SCREENSHOT"):

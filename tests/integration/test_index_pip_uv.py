@@ -205,3 +205,34 @@ def test_uv_sync_installs_the_variant_which_configures_and_the_next_after_a_torc
     (entry,) = [p for p in pylock["packages"] if p["name"] == "flash-attn"]
     assert [w["hashes"]["sha256"] for w in entry["wheels"]] == [tiny_index.sha256(V213)]
     assert entry["marker"] == "platform_machine == 'x86_64' and sys_platform == 'linux'"
+
+
+def test_pip_lock_pins_the_variant_wheel_and_its_hash(
+    server: Served, tiny_index: TinyIndex, tmp_path: Path
+) -> None:
+    """docs/wheels.md's PEP 751 route with pip alone: `pip lock` against the variant's tree."""
+    out = tmp_path / "pylock.toml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "lock",
+            "--disable-pip-version-check",
+            f"flash-attn=={V214}",
+            "--index-url",
+            f"{server.url}/cu130-torch2.14/simple",
+            "--find-links",
+            tiny_index.torch_index / "torch",
+            "-o",
+            out,
+        ],
+        env=env,
+    )
+    packages = {p["name"]: p for p in tomllib.loads(out.read_text())["packages"]}
+    (wheel,) = packages["flash-attn"]["wheels"]
+    assert wheel["hashes"] == {"sha256": tiny_index.sha256(V214)}
+    assert wheel["url"].startswith(f"{server.url}/cu130-torch2.14/simple/flash-attn/")
+    assert packages["torch"]["version"] == "2.14.1+cu130"

@@ -363,4 +363,6 @@ class CoveragePage:
             "summary": summary(sections),
             "sections": [asdict(s) for s in sections],
         }
-        atomic_write_bytes(gen / COVERAGE_JSON, (json.dumps(data, indent=1) + "\n").encode("utf-8"))
+        atomic_write_bytes(
+            gen / COVERAGE_JSON, (json.dumps(data, separators=(",", ":")) + "\n").encode("utf-8")
+        )

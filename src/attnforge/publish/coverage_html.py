@@ -87,7 +87,7 @@ def _entry(e: Entry) -> str:
             f'<p class="file"><span class="filename">{_e(e.filename)}</span> ' + " ".join(links) + "</p>"
         )
     parts.append("</div>")
-    return "".join(parts)
+    return "\n".join(parts)
 
 
 def _search_text(section: Section, row: Row) -> str:
