@@ -26,6 +26,9 @@ from tests.integration.tinyindex import REPORT_URL, V213, V214, V214_FWD, V_STAB
 from tests.integration.wheelfactory import Served, attnforge_serve, cli, pip_install  # noqa: E402
 
 pytest_plugins = ["tests.integration.tinyindex"]
+# ~25 s on 2 busy cores (the session's tiny index ~10-15 s, Chromium's start, the page test ~7-10 s): slow,
+# and in noxfile.CI_SLOW_ALLOWLIST
+pytestmark = pytest.mark.slow
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")

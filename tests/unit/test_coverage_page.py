@@ -272,6 +272,10 @@ def test_which_gives_the_uv_entries_and_never_a_yanked_wheel(index: StaticIndex)
     res = resolve(env, str(index.root))
     assert res.choice is not None and res.uv is not None
     assert f'url = "{index.root.as_uri()}/all/simple"' in res.uv
+    # a plain simple/ URL (not an index root): the pip command names it as given, and there are no uv entries
+    plain = resolve(env, str(index.root / "all" / "simple"))
+    assert plain.uv is None and plain.command is not None
+    assert plain.command.endswith(f"--index-url {index.root / 'all' / 'simple'}")
     set_yanked(index, res.choice.filename, "bad")
     again = resolve(env, str(index.root))
     assert again.choice is None and again.yanked == {res.choice.filename: "bad"}
