@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prepare a fresh Debian 12 machine for attnforge: Docker engine (started here), debootstrap, ccache, nox.
+# Prepare a fresh Debian 12 machine for attnforge: Docker engine (started here), debootstrap, ccache, nox,
+# Chromium and its driver (the index page's browser test).
 # Idempotent: re-running only checks. Needs root (or sudo). Usage: bash scripts/setup-host.sh
 set -euo pipefail
 
@@ -14,6 +15,9 @@ command -v ninja >/dev/null || need_pkgs+=(ninja-build)
 command -v docker-registry >/dev/null || need_pkgs+=(docker-registry)
 command -v htpasswd >/dev/null || need_pkgs+=(apache2-utils)
 command -v shellcheck >/dev/null || need_pkgs+=(shellcheck)
+# the index page's browser test: headless Chromium driven through its WebDriver
+command -v chromium >/dev/null || need_pkgs+=(chromium)
+command -v chromedriver >/dev/null || need_pkgs+=(chromium-driver)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
   echo "setup-host: installing ${need_pkgs[*]}"
   $SUDO apt-get update -qq

@@ -43,6 +43,11 @@ def test_record_parity_keeps_everything_else(tmp_path: Path) -> None:
     assert {k: v for k, v in data.items() if k != "parity"} == {
         k: v for k, v in MANIFEST.items() if k != "parity"
     }
+    # the GPU driver's version, when the run knows it (the index page shows it with the device)
+    record_parity(
+        m, True, "NVIDIA H100 80GB HBM3", "parity.json", "2026-11-23T00:00:00+00:00", driver="580.65.06"
+    )
+    assert json.loads(m.read_text())["parity"]["driver"] == "580.65.06"
 
 
 def test_record_from_report(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ C++ ABI, Python, then imports the kernel's module (`flash_attn_2_cuda`; FA3: `fl
 loads `flash_attn_3._C`) after torch, in a separate process, and, when a GPU is visible, checks its
 architecture against the compiled list and the driver against the toolkit. A stable-ABI wheel (FA3,
 `torch_floor` in its record) fits any torch from its floor on, any CPython from `abi3_python` on, a newer
-CUDA minor of its major, and either C++ ABI.
+CUDA minor of its major, and either C++ ABI. Given an index, it also warns when the installed wheel was
+yanked there since (`client.yank_status`).
 """
 
 from __future__ import annotations
@@ -173,8 +174,11 @@ def diagnose(data: dict[str, Any], kernel: str = PROJECT) -> list[Check]:
     return checks
 
 
-def run_doctor(python: str | None = None, kernel: str = PROJECT) -> tuple[dict[str, Any], list[Check]]:
-    """Probe `python`'s environment (importing the kernel's extension) and diagnose it."""
+def run_doctor(
+    python: str | None = None, kernel: str = PROJECT, index_url: str | None = None
+) -> tuple[dict[str, Any], list[Check]]:
+    """Probe `python`'s environment (importing the kernel's extension) and diagnose it; with `index_url`,
+    also whether the installed wheel was yanked there since (`client.yank_status`)."""
     module = extension_of(kernel)
     try:
         data = run_probe(python, kernel, module)
@@ -182,4 +186,10 @@ def run_doctor(python: str | None = None, kernel: str = PROJECT) -> tuple[dict[s
         # the import itself may crash the interpreter: probe again without it and say so
         data = run_probe(python, kernel, "")
         data.setdefault("flash_attn", {})["import"] = {"ok": False, "error": f"the import crashed: {first}"}
-    return data, diagnose(data, kernel)
+    checks = diagnose(data, kernel)
+    fa = data.get("flash_attn") or {}
+    if index_url and fa.get("installed"):
+        from attnforge.client.yank_status import yank_check
+
+        checks.append(yank_check(index_url, kernel, str(fa["version"]), Env.from_probe(data)))
+    return data, checks

@@ -5,16 +5,19 @@ application/vnd.pypi.simple.v1+json`; a static server without negotiation is ask
 Each wheel is compared with the environment axis by axis: Python, platform, torch release family (a
 stable-ABI wheel, `+cu130sm90atorch2.9abi3`: any torch from its floor on), accelerator (CUDA/ROCm version of
 the torch build; a stable-ABI wheel also runs on a newer CUDA minor of the same major), C++ ABI, profile, and with a GPU its compute
-capability (from the wheel's manifest in the index) and the driver's CUDA version. The Python axis takes
+capability (from the wheel's manifest in the index) and the driver's CUDA version. A yanked wheel (PEP 592) is
+never a candidate: the explanation names it and its reason. The Python axis takes
 the interpreter/ABI tags pip accepts on that CPython (`packaging.tags`): `cp311-cp311`, `abi3`, and the
 pure-Python `py3`/`py3X` + `none` of a ROCm Triton wheel (`...-py3-none-any.whl`, which also fits any
-platform).
+platform). The answer is printed as a pip command or as uv's pyproject entries (`publish.install_commands`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -30,6 +33,7 @@ from attnforge.core.arches import arch_runs_on
 from attnforge.core.errors import ConfigurationError
 from attnforge.engine.environment import Env, interpreter_abis
 from attnforge.publish.index import ALL, JSON_TYPE
+from attnforge.publish.install_commands import pip_command, uv_config
 from attnforge.wheels.naming import PROJECT, LocalParts, parse_local
 
 
@@ -116,8 +120,18 @@ def fetch_project(index_url: str, project: str = PROJECT) -> tuple[str, dict[str
     )
 
 
+def yanked_files(data: dict[str, Any]) -> dict[str, str]:
+    """filename -> reason of every file a PEP 691 project page marks yanked (PEP 592; "" without a reason)."""
+    out = {}
+    for f in data["files"]:
+        yanked = f.get("yanked")
+        if yanked:
+            out[str(f.get("filename", ""))] = yanked if isinstance(yanked, str) else ""
+    return out
+
+
 def candidates(page: str, data: dict[str, Any]) -> list[Candidate]:
-    """The wheels a PEP 691 project page lists (other files skipped)."""
+    """The wheels a PEP 691 project page lists (yanked files and other files skipped)."""
     out = []
     for f in data["files"]:
         filename = str(f.get("filename", ""))
@@ -229,6 +243,8 @@ class Resolution:
     candidates: list[Candidate]
     explanation: list[str]
     build_cell: str | None
+    uv: str | None = None  # pyproject.toml entries for uv (an attnforge index only)
+    yanked: dict[str, str] = field(default_factory=dict)  # files skipped as yanked, with their reasons
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -236,18 +252,29 @@ class Resolution:
             "wheel": self.choice.filename if self.choice else None,
             "variant": self.choice.variant if self.choice else None,
             "command": self.command,
+            "uv": self.uv,
             "explanation": self.explanation,
             "build_cell": self.build_cell,
             "rejected": {c.filename: dict(c.problems) for c in self.candidates if c.problems},
+            "yanked": self.yanked,
         }
 
 
-def _variant_index(index_url: str, page: str, variant: str | None) -> str:
-    """The per-variant `simple/` URL when the index is an attnforge tree, else the URL as given."""
+def _attnforge_root(index_url: str, page: str) -> str | None:
+    """The index root when `page` is the `all/` tree of an attnforge index, else None (a plain simple index)."""
     root = _as_url(index_url)
-    if variant and page.startswith(urljoin(root, f"{ALL}/simple/")):
-        return urljoin(root, f"{variant}/simple")
-    return index_url.rstrip("/")
+    return root if page.startswith(urljoin(root, f"{ALL}/simple/")) else None
+
+
+def install_commands(index_url: str, page: str, project: str, c: Candidate) -> tuple[str, str | None]:
+    """(pip command, uv pyproject entries or None) for candidate `c`: the ones the coverage page shows."""
+    root = _attnforge_root(index_url, page)
+    if root is None or not c.variant:
+        return f"pip install {project}=={c.version} --index-url {index_url.rstrip('/')}", None
+    return (
+        pip_command(project, c.version, root, c.variant),
+        uv_config(project, c.version, c.filename, root, c.variant),
+    )
 
 
 def build_cell_for(
@@ -279,6 +306,20 @@ def build_cell_for(
     return cell.id
 
 
+def with_torch(env: Env, torch: str) -> Env:
+    """`env` as if it had torch `torch` (`2.13`, `2.13.0`, or `2.13.0+cu128` for another build); the
+    accelerator stays this environment's unless the version names one."""
+    release, _, build = torch.partition("+")
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", release):
+        raise ConfigurationError(f"--torch {torch}: expected a torch release such as 2.13 or 2.13.0+cu128")
+    accel = env.accel
+    if build:
+        if cuda_of_variant(build) is None and not re.fullmatch(r"rocm\d+\.\d+", build):
+            raise ConfigurationError(f"--torch {torch}: the build after '+' must be cuXYZ or rocmX.Y")
+        accel = build
+    return dataclasses.replace(env, torch=torch, accel=accel)
+
+
 def resolve(env: Env, index_url: str, profile: str | None = None, project: str = PROJECT) -> Resolution:
     """Pick the wheel for `env` from the index at `index_url`, or explain why none fits."""
     page, data = fetch_project(index_url, project)
@@ -287,6 +328,9 @@ def resolve(env: Env, index_url: str, profile: str | None = None, project: str =
         c.problems = check(c, env, profile)
     fits = [c for c in cands if not c.problems]
     explanation = [f"environment: {env.describe()}"]
+    yanked = yanked_files(data)
+    for filename, reason in sorted(yanked.items()):
+        explanation.append(f"yanked, never proposed: {filename} ({reason or 'no reason given'})")
 
     def key(c: Candidate) -> tuple[Version, int]:
         manylinux = max((int(p.split("_")[2]) for p in c.platforms if p.startswith("manylinux_")), default=0)
@@ -296,11 +340,9 @@ def resolve(env: Env, index_url: str, profile: str | None = None, project: str =
     kernel_version = versions[-1] if versions else "2.8.3"
     if fits:
         best = max(fits, key=key)
-        variant = best.variant
-        url = _variant_index(index_url, page, variant)
-        command = f"pip install {project}=={best.version} --index-url {url}"
-        res = Resolution(env, index_url, best, command, cands, explanation, None)
-        explanation.append(f"fits: {best.filename} (variant {variant})")
+        command, uv = install_commands(index_url, page, project, best)
+        res = Resolution(env, index_url, best, command, cands, explanation, None, uv, yanked)
+        explanation.append(f"fits: {best.filename} (variant {best.variant})")
         return res
     near: Candidate | None = None
     if not cands:
@@ -332,4 +374,4 @@ def resolve(env: Env, index_url: str, profile: str | None = None, project: str =
         explanation.append(
             "torch here is CPU-only: install a CUDA or ROCm build of torch; no cell builds for it"
         )
-    return Resolution(env, index_url, None, None, cands, explanation, cell)
+    return Resolution(env, index_url, None, None, cands, explanation, cell, None, yanked)

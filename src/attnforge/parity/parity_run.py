@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,6 +37,24 @@ def device_name() -> str:
         return "cpu (no CUDA device)"
     p = torch.cuda.get_device_properties(0)
     return f"{p.name} (sm_{p.major}{p.minor}, {p.total_memory / 2**30:.0f} GiB)"
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version (nvidia-smi), recorded beside a parity verdict; None without one."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.strip().splitlines()[0].strip() if out.strip() else None
 
 
 def installed_flash_attn() -> tuple[Any, str | None, str]:
@@ -270,7 +290,11 @@ def main(argv: list[str] | None = None) -> int:
         from attnforge.wheels.manifest import record_parity
 
         record_parity(
-            Path(args.manifest), wheel_passed(report), report.device, args.report_path or str(paths["json"])
+            Path(args.manifest),
+            wheel_passed(report),
+            report.device,
+            args.report_path or str(paths["json"]),
+            driver=driver_version(),
         )
         print(f"parity: recorded in {args.manifest}")
     print(json.dumps({"passed": s["passed"], "failed": s["failed"], "skipped": s["skipped"]}))

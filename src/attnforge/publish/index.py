@@ -3,7 +3,8 @@
 Layout of a destination path (e.g. `wheels/index`), a symlink to the current generation beside it:
 
     wheels/index -> .index.gen-<id>/
-        index.html                                  landing page (variants)
+        index.html                                  landing page (variants; `publish.coverage` writes the
+                                                    coverage page here instead, with coverage.json)
         attnforge-index.json                        what the index holds (the source of the pages)
         <variant>/simple/index.html|index.json      PEP 503 / PEP 691 project list
         <variant>/simple/<project>/index.html|.json PEP 503 / PEP 691 (+ PEP 658/714 metadata, PEP 700)
@@ -16,6 +17,7 @@ A publish builds a new generation beside the current one (hard-linking the files
 replaces the symlink with `rename(2)`: readers see the old index or the new one, never a mix, and a
 failure (or a kill) before the rename leaves the old index byte for byte. `fcntl.flock` on
 `.index.lock` serializes publishers; each merges into whatever generation is current when it holds the lock.
+Yanking (PEP 592) changes only the records and the pages, through the same lock and swap (`update`).
 """
 
 from __future__ import annotations
@@ -30,11 +32,11 @@ import secrets
 import shutil
 import time
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
@@ -89,6 +91,8 @@ class FileRecord:
     requires_python: str | None
     upload_time: str
     parity: str
+    yanked: str | None = None  # PEP 592: the reason it was withdrawn (None: not yanked)
+    yanked_time: str | None = None
 
 
 @dataclass
@@ -258,6 +262,8 @@ def project_pages(project: str, records: list[FileRecord]) -> tuple[bytes, bytes
             attrs.append(f'data-requires-python="{html.escape(r.requires_python)}"')
         attrs.append(f'data-dist-info-metadata="sha256={r.metadata_sha256}"')
         attrs.append(f'data-core-metadata="sha256={r.metadata_sha256}"')
+        if r.yanked is not None:
+            attrs.append(f'data-yanked="{html.escape(r.yanked)}"')
         links.append(f"<a {' '.join(attrs)}>{html.escape(r.filename)}</a><br>")
         files.append(
             {
@@ -269,7 +275,7 @@ def project_pages(project: str, records: list[FileRecord]) -> tuple[bytes, bytes
                 "dist-info-metadata": {"sha256": r.metadata_sha256},
                 "size": r.size,
                 "upload-time": r.upload_time,
-                "yanked": False,
+                "yanked": (r.yanked or True) if r.yanked is not None else False,
             }
         )
     versions = sorted({r.version for r in records}, key=Version)
@@ -299,14 +305,21 @@ def landing_page(variants: Sequence[str]) -> bytes:
 # ---------------------------------------------------------------- the index
 
 
-class StaticIndex:
-    """A static index at `root` (see the module docstring)."""
+class RootPage(Protocol):
+    """Writes the root page(s) of a new generation, after its per-variant pages and before the swap."""
 
-    def __init__(self, root: Path) -> None:
+    def __call__(self, gen: Path, previous: Path | None, records: dict[str, FileRecord]) -> None: ...
+
+
+class StaticIndex:
+    """A static index at `root` (see the module docstring); `root_page` replaces the landing page."""
+
+    def __init__(self, root: Path, root_page: RootPage | None = None) -> None:
         self.root = Path(os.path.abspath(root))
         self.parent = self.root.parent
         self.lock_path = self.parent / f".{self.root.name}.lock"
         self.gen_prefix = f".{self.root.name}.gen-"
+        self.root_page = root_page
 
     # -- reading
 
@@ -369,20 +382,47 @@ class StaticIndex:
                 report.notes.append("nothing new: the index is unchanged")
                 return report
             by_name = {b.filename: b for b in bundles}
-            gen = (
-                self.parent
-                / f"{self.gen_prefix}{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{secrets.token_hex(3)}"
-            )
-            gen.mkdir()
-            try:
-                self._fill(gen, current, records, [by_name[f] for f in new], report)
-                self._swap(gen)
-            except BaseException:
-                shutil.rmtree(gen, ignore_errors=True)
-                raise
-            report.generation = gen.name
-            self._sweep()
+            report.generation = self._commit(current, records, [by_name[f] for f in new], report)
         return report
+
+    def update(self, change: Callable[[dict[str, FileRecord]], list[str]]) -> PublishReport:
+        """Change what the index records about files it holds (yank, unyank) in a new generation.
+
+        `change` edits the records in place and returns the files it changed (none: the index is left as
+        it is). Same lock, same atomic swap as `publish`; the files themselves are only hard-linked.
+        """
+        report = PublishReport(destination=str(self.root))
+        with self.locked():
+            self._sweep()
+            current = self.current()
+            records = self.records(current)
+            if not change(records):
+                report.notes.append("nothing changed: the index is unchanged")
+                return report
+            report.generation = self._commit(current, records, [], report)
+        return report
+
+    def _commit(
+        self,
+        current: Path | None,
+        records: dict[str, FileRecord],
+        bundles: Sequence[Bundle],
+        report: PublishReport,
+    ) -> str:
+        """Write a new generation from `records` plus `bundles` and swap it in; returns its name."""
+        gen = (
+            self.parent
+            / f"{self.gen_prefix}{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{secrets.token_hex(3)}"
+        )
+        gen.mkdir()
+        try:
+            self._fill(gen, current, records, bundles, report)
+            self._swap(gen)
+        except BaseException:
+            shutil.rmtree(gen, ignore_errors=True)
+            raise
+        self._sweep()
+        return gen.name
 
     def _fill(
         self,
@@ -429,6 +469,8 @@ class StaticIndex:
             if b.gate == "skipped":
                 report.skipped_gate.append(b.filename)
         self._pages(gen, records)
+        if self.root_page is not None:
+            self.root_page(gen, current, records)
         marker: dict[str, Any] = {"schema": 1, "files": {f: asdict(r) for f, r in sorted(records.items())}}
         if current is not None and current.name.startswith(self.gen_prefix):
             marker["previous"] = current.name

@@ -3,7 +3,8 @@
 Gates, in order, before anything is written: every wheel has its manifest and matches it byte for
 byte; the destination's parity rule (`require_parity: true` needs `parity.passed == true`, unless
 `--skip-parity-gate`, which is logged loudly and recorded); no file name or version slot already
-published with other bytes (identical bytes are a no-op).
+published with other bytes (identical bytes are a no-op). A static index gets the coverage page at its root
+(`publish.coverage`), with the plan of the matrix next to which the publish runs.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 from attnforge.core.errors import AttnforgeError, ConfigurationError, PublishError
 from attnforge.matrix.destinations import Destination, ad_hoc, resolve_credentials
 from attnforge.matrix.project import Project
+from attnforge.publish.coverage import CoveragePage
+from attnforge.publish.coverage_plan import PlanSnapshot
 from attnforge.publish.index import Bundle, PublishReport, StaticIndex, check_conflicts
 from attnforge.wheels.manifest import MANIFEST_SUFFIX, check_matches_wheel, manifest_path_for, read_manifest
 
@@ -103,6 +106,14 @@ def resolve_destination(project: Project, target: str) -> tuple[Destination, Pat
     raise ConfigurationError(f"--to {target}: no such destination in matrix.yaml (known: {known})")
 
 
+def open_static(dest: Destination, base: Path, plan: PlanSnapshot | None = None) -> StaticIndex:
+    """The static index a destination names (its path relative to `base`), writing the coverage page;
+    `plan` None keeps the plan the index shows already."""
+    assert dest.kind == "static" and dest.path is not None
+    root = Path(dest.path)
+    return StaticIndex(root if root.is_absolute() else base / root, root_page=CoveragePage(plan))
+
+
 def apply_parity_gate(
     bundles: Sequence[Bundle],
     dest: Destination,
@@ -153,14 +164,13 @@ def publish(
     dry_run: bool = False,
     log: Log = _echo,
     warn: Log | None = None,
+    plan: PlanSnapshot | None = None,
 ) -> PublishReport:
     """Publish finalized wheels to one destination (see the module docstring); `warn` as in
-    `apply_parity_gate`."""
+    `apply_parity_gate`; `plan` is what the coverage page of a static index shows as planned."""
     apply_parity_gate(bundles, dest, label, skip_parity_gate, log, warn)
     if dest.kind == "static":
-        assert dest.path is not None
-        root = Path(dest.path)
-        index = StaticIndex(root if root.is_absolute() else base / root)
+        index = open_static(dest, base, plan)
         if dry_run:
             current = {f: r.sha256 for f, r in index.records().items()}
             new, unchanged = check_conflicts(current, [(b.filename, b.sha256) for b in bundles])

@@ -177,9 +177,15 @@ def manifest_inputs(cell: Cell, *, for_image: bool = False) -> dict[str, Any]:
 
 
 def record_parity(
-    manifest: Path, passed: bool, device: str, report: str, date: str | None = None
+    manifest: Path,
+    passed: bool,
+    device: str,
+    report: str,
+    date: str | None = None,
+    driver: str | None = None,
 ) -> dict[str, Any]:
-    """Set `parity: {passed, device, report, date}` in `manifest` (every other key kept); the new manifest."""
+    """Set `parity: {passed, device, report, date}` (+ `driver`, the GPU driver's version, when known) in
+    `manifest` (every other key kept); the new manifest."""
     data = read_manifest(manifest)
     data["parity"] = {
         "passed": bool(passed),
@@ -187,6 +193,8 @@ def record_parity(
         "report": report,
         "date": date or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
+    if driver:
+        data["parity"]["driver"] = driver
     write_manifest(manifest, data)
     return data
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import click
 
@@ -22,15 +23,22 @@ _STYLE = {"ok": "green", "fail": "red", "warn": "yellow", "skip": "blue"}
     show_default=True,
     help="The installed kernel package to check (flash-attn-3: imports flash_attn_interface).",
 )
-def command(python: str | None, as_json: bool, kernel: str) -> None:
+@click.option(
+    "--index-url",
+    default=lambda: os.environ.get("ATTNFORGE_INDEX_URL"),
+    show_default="$ATTNFORGE_INDEX_URL",
+    help="Also warn when the installed wheel was yanked from this attnforge index since (no index: no check).",
+)
+def command(python: str | None, as_json: bool, kernel: str, index_url: str | None) -> None:
     """Load the kernel's extension (flash_attn_2_cuda, FA3's flash_attn_interface) and compare the wheel's
     recorded build with this environment.
 
-    Exit 5 when a check fails (torch or ABI mismatch, extension not loading, GPU arch not compiled).
+    Exit 5 when a check fails (torch or ABI mismatch, extension not loading, GPU arch not compiled);
+    a yanked wheel is a warning.
     """
     from attnforge.client.doctor import run_doctor
 
-    data, checks = run_doctor(python, kernel)
+    data, checks = run_doctor(python, kernel, index_url)
     if as_json:
         click.echo(json.dumps({"probe": data, "checks": [c.__dict__ for c in checks]}, indent=2))
     else:

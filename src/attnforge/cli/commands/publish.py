@@ -38,11 +38,14 @@ def command(
 
     Re-publishing a file with other bytes is refused (exit 7); identical bytes are a no-op.
     A destination with `require_parity: true` takes only wheels whose manifest says parity passed.
+    A static index gets a coverage page at its root (index.html): every planned cell of matrix.yaml
+    and what the index holds for it.
     """
-    from attnforge.publish.index import StaticIndex
+    from attnforge.publish.coverage_plan import snapshot
     from attnforge.publish.release import (
         collect_bundles,
         default_sources,
+        open_static,
         print_report,
         publish,
         resolve_destination,
@@ -51,10 +54,17 @@ def command(
     dest, base = resolve_destination(project, target)
     exclude = []
     if dest.kind == "static" and dest.path:
-        root = Path(dest.path)
-        exclude.append(StaticIndex(root if root.is_absolute() else base / root).root)
+        exclude.append(open_static(dest, base).root)
     bundles = collect_bundles(list(sources) or default_sources(project), exclude=exclude)
     report = publish(
-        bundles, dest, target, base, skip_parity_gate=skip_parity_gate, dry_run=dry_run, log=_log, warn=_warn
+        bundles,
+        dest,
+        target,
+        base,
+        skip_parity_gate=skip_parity_gate,
+        dry_run=dry_run,
+        log=_log,
+        warn=_warn,
+        plan=snapshot(project) if dest.kind == "static" else None,
     )
     print_report(report, _log)

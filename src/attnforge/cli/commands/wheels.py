@@ -95,6 +95,8 @@ def index_cmd(project: Project, sources: tuple[Path, ...], out: Path) -> None:
 
     No parity gate here: `attnforge publish --to NAME` applies the destination's rules.
     """
+    from attnforge.publish.coverage import CoveragePage
+    from attnforge.publish.coverage_plan import snapshot
     from attnforge.publish.index import StaticIndex
     from attnforge.publish.release import collect_bundles, default_sources, print_report
 
@@ -102,5 +104,5 @@ def index_cmd(project: Project, sources: tuple[Path, ...], out: Path) -> None:
     if not srcs:
         raise ConfigurationError("no wheels given and no build output folder found")
     bundles = collect_bundles(srcs, exclude=[out])
-    report = StaticIndex(out).publish(bundles)
+    report = StaticIndex(out, root_page=CoveragePage(snapshot(project))).publish(bundles)
     print_report(report)

@@ -1,4 +1,5 @@
-"""`attnforge which`: the exact `pip install` for this environment from an attnforge index."""
+"""`attnforge which`: the exact `pip install` (or uv's pyproject entries) for this environment from an attnforge
+index."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 
 import click
 
-from attnforge.core.errors import NothingToDoError
+from attnforge.core.errors import ConfigurationError, NothingToDoError
 from attnforge.core.kernels import KERNELS
 
 
@@ -20,7 +21,22 @@ from attnforge.core.kernels import KERNELS
 )
 @click.option("--python", "python", help="Inspect this interpreter's environment (default: attnforge's own).")
 @click.option("--profile", help="Accept a lean profile's wheel (its local-version tag, e.g. infer).")
-@click.option("--json", "as_json", is_flag=True, help="Print the decision as JSON.")
+@click.option(
+    "--torch",
+    "torch",
+    help="Answer for this torch release instead of the installed one (e.g. 2.13, or 2.13.0+cu128 for "
+    "another CUDA build): before changing a project's torch.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["pip", "uv", "json"]),
+    default="pip",
+    show_default=True,
+    help="pip: the install command; uv: pyproject.toml entries for uv (and the `uv add` to run); "
+    "json: the decision.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option(
     "--kernel",
     type=click.Choice(KERNELS),
@@ -28,23 +44,42 @@ from attnforge.core.kernels import KERNELS
     show_default=True,
     help="The project to look up in the index (flash-attn-3: stable-ABI wheels).",
 )
-def command(index_url: str, python: str | None, profile: str | None, as_json: bool, kernel: str) -> None:
-    """Print the pip command for the wheel that fits this environment, or why none fits (exit 3).
+def command(
+    index_url: str,
+    python: str | None,
+    profile: str | None,
+    torch: str | None,
+    fmt: str,
+    as_json: bool,
+    kernel: str,
+) -> None:
+    """Print how to install the wheel that fits this environment, or why none fits (exit 3).
 
     Compared: Python, platform, torch release, the torch build's CUDA/ROCm, C++ ABI, profile and, with a
-    GPU, its architecture and the driver. The command goes to stdout, the reasoning to stderr.
+    GPU, its architecture and the driver. Yanked wheels are never proposed. The command (or the uv
+    entries) goes to stdout, the reasoning to stderr.
     """
-    from attnforge.client.which import resolve
+    from attnforge.client.which import resolve, with_torch
     from attnforge.engine.environment import Env, run_probe
 
     env = Env.from_probe(run_probe(python))
+    if torch:
+        env = with_torch(env, torch)
     res = resolve(env, index_url, profile, kernel)
-    if as_json:
+    fmt = "json" if as_json else fmt
+    if fmt == "json":
         click.echo(json.dumps(res.to_json(), indent=2))
     else:
         for line in res.explanation:
             click.echo(line, err=True)
-        if res.command:
+        if fmt == "uv" and res.choice is not None:
+            if res.uv is None:
+                raise ConfigurationError(
+                    f"--format uv: {index_url} is not an attnforge index root (no all/simple/ tree)",
+                    hint="give the root that holds all/ and the variant folders",
+                )
+            click.echo(res.uv, nl=False)
+        elif res.command:
             click.echo(res.command)
     if res.choice is None:
         raise NothingToDoError(
