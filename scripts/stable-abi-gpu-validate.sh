@@ -47,7 +47,7 @@ serve_and_install() {  # publish (gated), serve, install what `which` proposes i
   cmd="$(attnforge which --index-url "$url" --python /tmp/stable-venv/bin/python --profile hd128)" || return $?
   echo "which: $cmd"
   # `which` prints `pip install ...`: run it with the venv's pip (no deps: torch is the host's)
-  /tmp/stable-venv/bin/python -m ${cmd#pip } --no-deps || return $?
+  /tmp/stable-venv/bin/python -m pip ${cmd#pip } --no-deps || return $?
   /tmp/stable-venv/bin/python -m pip show flash-attn
   /tmp/stable-venv/bin/python -c "import flash_attn, torch; print(flash_attn.__file__, torch.__version__)"
 }
