@@ -43,7 +43,11 @@ serve_and_install() {  # publish (gated), serve, install what `which` proposes i
   for _ in $(seq 50); do grep -q "^serving" "$OUT/serve.out" && break; sleep 0.2; done
   local url cmd
   url="$(head -1 "$OUT/serve.out" | sed 's/.* at //' | sed 's:/*$::')"
-  python3 -m venv --system-site-packages /tmp/stable-venv || return 5
+  # a fresh venv that sees the host's torch through a .pth (the host's python3 may itself be a venv, whose
+  # packages --system-site-packages would not show)
+  python3 -m venv /tmp/stable-venv || return 5
+  "$PY" -c 'import site; print(site.getsitepackages()[0])' \
+    > "$(/tmp/stable-venv/bin/python -c 'import site; print(site.getsitepackages()[0])')/_host_torch.pth"
   cmd="$(attnforge which --index-url "$url" --python /tmp/stable-venv/bin/python --profile hd128)" || return $?
   echo "which: $cmd"
   # `which` prints `pip install ...`: run it with the venv's pip (no deps: torch is the host's)

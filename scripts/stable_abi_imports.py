@@ -58,7 +58,7 @@ def check_pair(python: str, torch_version: str, wheel: Path, wheels: Path, work:
     subprocess.run([interp, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
     tag = "cp" + version.replace(".", "")
-    (torch_wheel,) = wheels.glob(f"torch-{torch_version}-{tag}-*.whl")
+    (torch_wheel,) = wheels.glob(f"torch-{torch_version}-*{tag}-{tag}-*.whl")  # a build tag may sit between
     libs = [str(p) for p in wheels.glob("nvidia_*.whl")] + [
         str(p)
         for name in ("filelock", "typing_extensions", "sympy", "mpmath", "networkx", "fsspec")
