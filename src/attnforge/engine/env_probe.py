@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 
-def _driver() -> dict[str, Any] | None:
+def nvidia_driver() -> dict[str, Any] | None:
     """Driver version and the CUDA version it supports, from nvidia-smi (None without one)."""
     exe = shutil.which("nvidia-smi")
     if not exe:
@@ -108,7 +108,7 @@ def probe(project: str | None = None, module: str | None = None) -> dict[str, An
         "system": platform.system(),
         "glibc": glibc,
         "torch": _torch(),
-        "driver": _driver(),
+        "driver": nvidia_driver(),
     }
     if project:
         result["flash_attn"] = _flash_attn(project, module or "")
