@@ -28,16 +28,36 @@ def _warn(message: str) -> None:
 @click.option(
     "--skip-parity-gate", is_flag=True, help="Publish without a passed GPU parity run (logged loudly)."
 )
+@click.option(
+    "--allow-unsigned",
+    is_flag=True,
+    help="Publish wheels that have no signed build provenance (logged loudly); a bad record is still refused.",
+)
+@click.option(
+    "--trusted-key",
+    "trusted_key",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A public key (PEM) records may be signed with, instead of the configured ones. Repeatable.",
+)
 @click.option("--dry-run", is_flag=True, help="Run every check and say what would be published.")
 @click.argument("sources", nargs=-1, type=click.Path(exists=True, path_type=Path))
 @click.pass_obj
 def command(
-    project: Project, target: str, skip_parity_gate: bool, dry_run: bool, sources: tuple[Path, ...]
+    project: Project,
+    target: str,
+    skip_parity_gate: bool,
+    allow_unsigned: bool,
+    trusted_key: tuple[Path, ...],
+    dry_run: bool,
+    sources: tuple[Path, ...],
 ) -> None:
     """Publish finalized wheels (default: the build output folder) to a destination, all or nothing.
 
-    Re-publishing a file with other bytes is refused (exit 7); identical bytes are a no-op.
-    A destination with `require_parity: true` takes only wheels whose manifest says parity passed.
+    Each wheel must agree with its manifest and carry a signed build provenance from a trusted key
+    (docs/records.md). Re-publishing a file with other bytes is refused (exit 7); identical bytes are a
+    no-op. A destination with `require_parity: true` takes only wheels with a signed parity record that
+    says passed.
     """
     from attnforge.publish.index import StaticIndex
     from attnforge.publish.release import (
@@ -47,6 +67,7 @@ def command(
         publish,
         resolve_destination,
     )
+    from attnforge.wheels.signing_keys import project_signing, trusted_keys
 
     dest, base = resolve_destination(project, target)
     exclude = []
@@ -54,7 +75,17 @@ def command(
         root = Path(dest.path)
         exclude.append(StaticIndex(root if root.is_absolute() else base / root).root)
     bundles = collect_bundles(list(sources) or default_sources(project), exclude=exclude)
+    trusted = trusted_keys(project_signing(project), trusted_key)
     report = publish(
-        bundles, dest, target, base, skip_parity_gate=skip_parity_gate, dry_run=dry_run, log=_log, warn=_warn
+        bundles,
+        dest,
+        target,
+        base,
+        skip_parity_gate=skip_parity_gate,
+        dry_run=dry_run,
+        log=_log,
+        warn=_warn,
+        trusted=trusted,
+        allow_unsigned=allow_unsigned,
     )
     print_report(report, _log)
