@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import click
 
 from attnforge.core.errors import EnvironmentProblem
 from attnforge.core.kernels import KERNELS
+from attnforge.matrix.project import Project
 
 _STYLE = {"ok": "green", "fail": "red", "warn": "yellow", "skip": "blue"}
 
@@ -22,15 +25,56 @@ _STYLE = {"ok": "green", "fail": "red", "warn": "yellow", "skip": "blue"}
     show_default=True,
     help="The installed kernel package to check (flash-attn-3: imports flash_attn_interface).",
 )
-def command(python: str | None, as_json: bool, kernel: str) -> None:
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Also check the installed wheel against its signed records in the index (--index-url).",
+)
+@click.option(
+    "--index-url",
+    default=lambda: os.environ.get("ATTNFORGE_INDEX_URL", "http://127.0.0.1:8000"),
+    show_default="$ATTNFORGE_INDEX_URL or http://127.0.0.1:8000",
+    help="With --verify: the index the wheel came from (root, folder or simple/ URL).",
+)
+@click.option(
+    "--trusted-key",
+    "trusted_key",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="With --verify: a public key (PEM) records may be signed with. Repeatable.",
+)
+@click.pass_obj
+def command(
+    project: Project,
+    python: str | None,
+    as_json: bool,
+    kernel: str,
+    verify: bool,
+    index_url: str,
+    trusted_key: tuple[Path, ...],
+) -> None:
     """Load the kernel's extension (flash_attn_2_cuda, FA3's flash_attn_interface) and compare the wheel's
-    recorded build with this environment.
+    recorded build with this environment; with --verify, check the installed files against the signed
+    wheel the index offers (docs/records.md).
 
-    Exit 5 when a check fails (torch or ABI mismatch, extension not loading, GPU arch not compiled).
+    Exit 5 when a check fails (torch or ABI mismatch, extension not loading, GPU arch not compiled, a record
+    or an installed file that does not match).
     """
-    from attnforge.client.doctor import run_doctor
+    from attnforge.client.doctor import Check, run_doctor
 
     data, checks = run_doctor(python, kernel)
+    if verify:
+        from attnforge.client.record_check import verify_installed
+        from attnforge.core.errors import RecordRefused
+        from attnforge.wheels.signing_keys import project_signing, trusted_keys
+
+        try:
+            lines = verify_installed(
+                python, index_url, kernel, trusted_keys(project_signing(project), trusted_key)
+            )
+            checks += [Check(f"records: {x.name}", x.status, x.detail) for x in lines]
+        except RecordRefused as exc:
+            checks.append(Check("records", "fail", str(exc)))
     if as_json:
         click.echo(json.dumps({"probe": data, "checks": [c.__dict__ for c in checks]}, indent=2))
     else:
