@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -46,9 +47,18 @@ REPORT = {
 def attnforge(
     *args: str | Path, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """The real `attnforge` CLI (exit code kept; no check)."""
+    """The real `attnforge` CLI (exit code kept; no check). Keys come from the project's matrix.yaml only:
+    a signing or trusted key named in this process's environment (another module's) is left out."""
     cmd = [str(VENV_BIN / "attnforge"), *map(str, args)]
+    env = env if env is not None else clean_env()
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=300)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    keep = {
+        k: v for k, v in os.environ.items() if k not in ("ATTNFORGE_SIGNING_KEY", "ATTNFORGE_TRUSTED_KEYS")
+    }
+    return {**keep, **extra}
 
 
 def raw_manifest(wheel: str) -> dict[str, Any]:
@@ -255,10 +265,7 @@ def test_a_wheel_changed_after_signing_is_refused(project: Path, tmp_path: Path)
 
 def test_a_statement_signed_by_another_key_is_refused(project: Path, tmp_path: Path) -> None:
     wheel = copy_set(project, tmp_path / "other")
-    env = {
-        **{k: v for k, v in __import__("os").environ.items() if k != "ATTNFORGE_TRUSTED_KEYS"},
-        "ATTNFORGE_SIGNING_KEY": str(project / "keys" / "other.pem"),
-    }
+    env = clean_env(ATTNFORGE_SIGNING_KEY=str(project / "keys" / "other.pem"))
     proc = attnforge("wheels", "sign", wheel, cwd=project, env=env)
     assert proc.returncode == 0, proc.stderr
     show = attnforge("keys", "show", cwd=project).stdout
