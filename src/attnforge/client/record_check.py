@@ -125,7 +125,9 @@ def verify_offered(wheel: Offered, trusted: Sequence[TrustedKey]) -> list[Record
             RecordLine(
                 "parity",
                 status,
-                f"signed run on {pred.get('gpu')} (driver {pred.get('driver') or '?'}): "
+                f"signed run on {pred.get('gpu')}"
+                + (f" (driver {pred['driver']})" if pred.get("driver") else "")
+                + ": "
                 f"{'passed' if status == 'ok' else 'FAILED'}, {counts.get('passed', '?')} passed, "
                 f"{counts.get('failed', '?')} failed",
             )

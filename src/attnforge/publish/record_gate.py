@@ -83,7 +83,7 @@ def parity_verdicts(bundles: Sequence[Bundle], trusted: Sequence[TrustedKey]) ->
         except RecordRefused as exc:
             if envelope is not None:
                 raise PublishError(f"refused, nothing was published: {exc}") from None
-            out[b.filename] = str(exc)
+            out[b.filename] = exc.message
             continue
         pred = verified.predicate
         if path not in b.records:
