@@ -54,9 +54,9 @@ def keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def finalized(tmp_path: Path, keys: Path) -> Path:
     wheel = finalize(raw_wheel(tmp_path / "raw"), out_dir=tmp_path / "out").wheel
-    write_build_records(
-        wheel, read_manifest(manifest_path_for(wheel)), signing_key(SigningConfig(keys / "site.pem"))
-    )  # type: ignore[arg-type]
+    key = signing_key(SigningConfig(keys / "site.pem"))
+    assert key is not None
+    write_build_records(wheel, read_manifest(manifest_path_for(wheel)), key)
     return wheel
 
 
