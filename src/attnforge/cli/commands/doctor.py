@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from attnforge.core.errors import EnvironmentProblem
+from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.core.kernels import KERNELS
 from attnforge.matrix.project import Project
 
@@ -32,9 +32,9 @@ _STYLE = {"ok": "green", "fail": "red", "warn": "yellow", "skip": "blue"}
 )
 @click.option(
     "--index-url",
-    default=lambda: os.environ.get("ATTNFORGE_INDEX_URL", "http://127.0.0.1:8000"),
-    show_default="$ATTNFORGE_INDEX_URL or http://127.0.0.1:8000",
-    help="With --verify: the index the wheel came from (root, folder or simple/ URL).",
+    default=lambda: os.environ.get("ATTNFORGE_INDEX_URL"),
+    show_default="$ATTNFORGE_INDEX_URL",
+    help="With --verify: the attnforge index the wheel came from (root, folder or simple/ URL).",
 )
 @click.option(
     "--trusted-key",
@@ -50,7 +50,7 @@ def command(
     as_json: bool,
     kernel: str,
     verify: bool,
-    index_url: str,
+    index_url: str | None,
     trusted_key: tuple[Path, ...],
 ) -> None:
     """Load the kernel's extension (flash_attn_2_cuda, FA3's flash_attn_interface) and compare the wheel's
@@ -62,8 +62,12 @@ def command(
     """
     from attnforge.client.doctor import Check, run_doctor
 
+    if verify and not index_url:
+        raise ConfigurationError(
+            "--verify needs the index the wheel came from: --index-url or $ATTNFORGE_INDEX_URL"
+        )
     data, checks = run_doctor(python, kernel)
-    if verify:
+    if verify and index_url:
         from attnforge.client.record_check import verify_installed
         from attnforge.core.errors import RecordRefused
         from attnforge.wheels.signing_keys import project_signing, trusted_keys
