@@ -266,6 +266,19 @@ class BuildSpec(Strict):
     pip: PipSpec = PipSpec()
 
 
+class SigningSpec(Strict):
+    """The site's signing key and the keys whose records publish trusts (docs/records.md)."""
+
+    key: str | None = Field(
+        None,
+        description="ed25519 private key (PEM) that signs build and parity records; $ATTNFORGE_SIGNING_KEY wins",
+    )
+    trusted_keys: list[str] = Field(
+        default_factory=list,
+        description="public keys (PEM) whose records publish accepts; empty: the signing key's own",
+    )
+
+
 class Matrix(Strict):
     """The whole matrix.yaml."""
 
@@ -276,6 +289,7 @@ class Matrix(Strict):
     targets: dict[str, TargetSpec]
     build: BuildSpec = BuildSpec()
     destinations: dict[str, Destination] = Field(default_factory=dict)
+    signing: SigningSpec = SigningSpec()
     flex: dict[str, Any] = Field(
         default_factory=dict, description="FlexAttention cache variants (see docs/flex.md)"
     )

@@ -5,11 +5,30 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import click
 
 from attnforge.core.errors import ConfigurationError, NothingToDoError
 from attnforge.core.kernels import KERNELS
+from attnforge.matrix.project import Project
+
+
+def _verify(project: Project, index_url: str, kernel: str, filename: str, keys: tuple[Path, ...]) -> None:
+    """Check the chosen wheel's records (stderr); RecordRefused (exit 7) when one does not hold."""
+    from attnforge.client.record_check import offered, verify_offered
+    from attnforge.core.errors import RecordRefused
+    from attnforge.wheels.signing_keys import project_signing, trusted_keys
+
+    lines = verify_offered(
+        offered(index_url, kernel, lambda name: name == filename),
+        trusted_keys(project_signing(project), keys),
+    )
+    for line in lines:
+        click.echo(f"{line.status:<4} {line.name}: {line.detail}", err=True)
+    failed = [line for line in lines if line.status == "fail"]
+    if failed:
+        raise RecordRefused(f"{filename}: " + "; ".join(f"{f.name}: {f.detail}" for f in failed))
 
 
 @click.command("which")
@@ -44,7 +63,21 @@ from attnforge.core.kernels import KERNELS
     show_default=True,
     help="The project to look up in the index (flash-attn-3: stable-ABI wheels).",
 )
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Check the chosen wheel's signed records (provenance, SBOM, parity) first; exit 7 when they fail.",
+)
+@click.option(
+    "--trusted-key",
+    "trusted_key",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="With --verify: a public key (PEM) records may be signed with. Repeatable.",
+)
+@click.pass_obj
 def command(
+    project: Project,
     index_url: str,
     python: str | None,
     profile: str | None,
@@ -52,6 +85,8 @@ def command(
     fmt: str,
     as_json: bool,
     kernel: str,
+    verify: bool,
+    trusted_key: tuple[Path, ...],
 ) -> None:
     """Print how to install the wheel that fits this environment, or why none fits (exit 3).
 
@@ -66,6 +101,8 @@ def command(
     if torch:
         env = with_torch(env, torch)
     res = resolve(env, index_url, profile, kernel)
+    if verify and res.choice is not None:
+        _verify(project, index_url, kernel, res.choice.filename, trusted_key)
     fmt = "json" if as_json else fmt
     if fmt == "json":
         click.echo(json.dumps(res.to_json(), indent=2))

@@ -218,9 +218,11 @@ class DockerBackend:
             python_prefix(py)
 
     def image_of(self, cell: Cell) -> dict[str, str | None]:
-        """The builder image a cell ran in and its base (for the manifest's `build`)."""
+        """The builder image a cell ran in, its id (the digest the provenance records) and its base."""
         key = str(cell.toolkit)
-        return {"image": self.images.get(key), "base": self.bases.get(key)}
+        tag = self.images.get(key)
+        ident = image_id(tag, docker=self.docker) if tag else None
+        return {"image": tag, "image_id": ident, "base": self.bases.get(key)}
 
     def identity(self) -> str:
         ident: dict[str, object] = {"backend": "docker", "dockerfile": self._dockerfile_digest()}
