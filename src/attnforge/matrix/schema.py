@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal
 
@@ -45,7 +46,7 @@ Dtype = Literal["fp16", "bf16", "fp8"]  # kernels.json `dtypes` of all kernels (
 class Strict(BaseModel):
     """Base: unknown keys are errors (the loader turns them into a 'did you mean')."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class SourceSpec(Strict):
@@ -225,16 +226,54 @@ class TargetSpec(Strict):
     )
 
 
+def _count_or_auto(value: Any, least: int) -> Any:
+    """A whole number >= `least`, or "auto"; YAML's true/false and fractions are refused, not converted."""
+    if value == "auto" and isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"must be a whole number >= {least} or 'auto' (got {value!r})")
+    return value
+
+
+def _amount(value: Any, *, positive: bool, auto: bool) -> Any:
+    """A finite number (> 0 when `positive`, else >= 0), or "auto" when allowed."""
+    if auto and value == "auto" and isinstance(value, str):
+        return value
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        either = " or 'auto'" if auto else ""
+        raise ValueError(f"must be a number {bound}{either} (got {value!r})")
+    return value
+
+
 class ResourcesSpec(Strict):
     """Build parallelism. `auto` = chosen from cores and memory available to the build (cgroups included)."""
 
-    max_jobs: int | Literal["auto"] = "auto"
-    nvcc_threads: int | Literal["auto"] = "auto"
+    max_jobs: int | Literal["auto"] = Field("auto", description="parallel compile jobs: >= 1 or auto")
+    nvcc_threads: int | Literal["auto"] = Field("auto", description="nvcc --threads per job: >= 1 or auto")
     memory_per_job_gb: float | Literal["auto"] = Field(
-        "auto", description="peak memory of one compile job; auto = measured table per toolkit/profile"
+        "auto", description="peak memory of one compile job (> 0); auto = measured table per toolkit/profile"
     )
-    reserve_memory_gb: float = Field(2.0, description="memory kept free for the system (never swap-thrash)")
-    parallel_cells: int | Literal["auto"] = "auto"
+    reserve_memory_gb: float = Field(
+        2.0, description="memory kept free for the system (>= 0; never swap-thrash)"
+    )
+    parallel_cells: int | Literal["auto"] = Field("auto", description="cells built at once: >= 1 or auto")
+
+    @field_validator("max_jobs", "nvcc_threads", "parallel_cells", mode="before")
+    @classmethod
+    def _counts(cls, v: Any) -> Any:
+        return _count_or_auto(v, 1)
+
+    @field_validator("memory_per_job_gb", mode="before")
+    @classmethod
+    def _job_memory(cls, v: Any) -> Any:
+        return _amount(v, positive=True, auto=True)
+
+    @field_validator("reserve_memory_gb", mode="before")
+    @classmethod
+    def _reserve(cls, v: Any) -> Any:
+        return _amount(v, positive=False, auto=False)
 
 
 class PipSpec(Strict):
