@@ -140,9 +140,7 @@ def _validation_message(exc: ValidationError, node: yaml.Node | None, filename: 
         known = _known_fields(Matrix, loc[:-1])
         guess = difflib.get_close_matches(key, known, n=1)
         hint = (
-            f"; did you mean '{guess[0]}'?"
-            if guess
-            else (f"; allowed: {', '.join(known)}" if known else "")
+            f"; did you mean '{guess[0]}'?" if guess else (f"; allowed: {', '.join(known)}" if known else "")
         )
         msg = f"{at}: unknown key '{key}' in {_format_loc(loc[:-1])}{hint}"
     else:

@@ -80,7 +80,7 @@ def check_events(text: str, filename: str, limits: Limits = LIMITS) -> None:
                         f"{where(filename, event.start_mark)}: alias *{event.anchor} refers to a node that "
                         "contains it (a recursive alias)"
                     )
-                size = sizes.get(event.anchor, 1)  # an undefined alias: the composer names it
+                size = sizes.get(event.anchor or "", 1)  # an undefined alias: the composer names it
                 total = _add(stack, size, total, event, filename, limits)
             elif isinstance(event, yaml.ScalarEvent):
                 if stack and stack[-1].is_mapping and stack[-1].children % 2 == 0:

@@ -15,28 +15,20 @@ from attnforge.engine.unittimes import UnitTimeTable
 from attnforge.matrix.plan import Plan, span
 from attnforge.matrix.project import Project
 
-
 # Above this many rows the cells are printed as plain aligned lines: rich lays a 10,000-row table out in ~15 s.
 LARGE_PLAN_ROWS = 300
 
 
-def _rows(plan: Plan, show_invalid: bool) -> list[tuple[str, str, str, str, str, bool]]:
-    """(cell, variant, wheel, kernel-set, valid, is_valid) for each cell shown."""
-    rows = []
+def _rows(plan: Plan, show_invalid: bool) -> list[tuple[tuple[str, str, str, str, str], bool]]:
+    """((cell, variant, wheel, kernel-set, valid), is it valid) for each cell shown."""
+    rows: list[tuple[tuple[str, str, str, str, str], bool]] = []
     for v in plan.verdicts:
         if not v.valid and not show_invalid:
             continue
         valid = "yes" if v.valid else "no"
-        rows.append(
-            (
-                v.cell.id,
-                v.cell.variant,
-                v.cell.wheel_name if v.valid else "-",
-                v.cell.kernel_set_key if v.valid else "-",
-                f"{valid} (wheel of {v.served_by})" if v.served_by else valid,
-                v.valid,
-            )
-        )
+        shown = f"{valid} (wheel of {v.served_by})" if v.served_by else valid
+        wheel, key = (v.cell.wheel_name, v.cell.kernel_set_key) if v.valid else ("-", "-")
+        rows.append(((v.cell.id, v.cell.variant, wheel, key, shown), v.valid))
     return rows
 
 
@@ -47,15 +39,18 @@ def render_table(plan: Plan, console: Console, show_invalid: bool = True) -> Non
     rows = _rows(plan, show_invalid)
     large = len(rows) > LARGE_PLAN_ROWS
     if large:
-        widths = [max([len(columns[i]), *(len(r[i]) for r in rows)]) for i in range(len(columns))]
-        lines = [f"target '{plan.target}'", "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
-        lines += ["  ".join(r[i].ljust(widths[i]) for i in range(len(columns))).rstrip() for r in rows]
+        widths = [max([len(columns[i]), *(len(r[i]) for r, _ in rows)]) for i in range(len(columns))]
+        lines = [
+            f"target '{plan.target}'",
+            "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
+        ]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r, _ in rows]
         click.echo("\n".join(lines))
     else:
         table = Table(title=f"target '{plan.target}'", show_lines=False)
         for col in columns:
             table.add_column(col, overflow="fold")
-        for *cells, ok in rows:
+        for cells, ok in rows:
             colour = "green" if ok else "red"
             table.add_row(*map(escape, cells[:4]), f"[{colour}]{escape(cells[4])}[/]")
         console.print(table)
@@ -84,7 +79,7 @@ def render_table(plan: Plan, console: Console, show_invalid: bool = True) -> Non
         return
     for line in out:
         if line.startswith("invalid "):
-            console.print(f"[red]invalid[/]{escape(line[len('invalid'):])}", highlight=False)
+            console.print(f"[red]invalid[/]{escape(line[len('invalid') :])}", highlight=False)
         else:
             console.print(escape(line), highlight=False)
 
