@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -276,13 +277,49 @@ class ResourcesSpec(Strict):
         return _amount(v, positive=False, auto=False)
 
 
+PIP_CREDENTIALS_HINT = (
+    "carries credentials: take them out of the URL and put them in a netrc file "
+    "(`machine HOST login USER password PASSWORD`, mode 600) named by build.pip.netrc; pip reads it inside "
+    "the build, so no command line, spec.json, log or image layer holds them"
+)
+
+
+def _credentialed(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return bool(parts.username or parts.password)
+
+
 class PipSpec(Strict):
-    """pip options for installing torch inside builds; local file:// paths are mounted read-only."""
+    """pip options for installing torch inside builds; local file:// paths are mounted read-only. Index URLs
+    carry no credentials: a netrc file (`netrc`) does."""
 
     inherit_host_config: bool = Field(True, description="use this machine's pip index/find-links/constraints")
     index_url: str | None = None
     extra_index_urls: list[str] = Field(default_factory=list)
     find_links: list[str] = Field(default_factory=list)
+    netrc: str | None = Field(
+        None,
+        description="a netrc file with the indexes' credentials (relative to matrix.yaml; ~ and ${VAR} "
+        "expanded), handed to pip inside builds as a file, never in a URL",
+    )
+
+    @field_validator("index_url")
+    @classmethod
+    def _index(cls, v: str | None) -> str | None:
+        if v is not None and _credentialed(v):
+            raise ValueError(f"the URL {PIP_CREDENTIALS_HINT}")  # never the URL itself: it holds the secret
+        return v
+
+    @field_validator("extra_index_urls", "find_links")
+    @classmethod
+    def _urls(cls, v: list[str]) -> list[str]:
+        for i, url in enumerate(v):
+            if _credentialed(url):
+                raise ValueError(f"entry {i} {PIP_CREDENTIALS_HINT}")
+        return v
 
 
 class BuildSpec(Strict):
