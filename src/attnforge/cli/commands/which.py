@@ -7,6 +7,7 @@ import os
 
 import click
 
+from attnforge.client.index_fetch import CONNECT_TIMEOUT_S, TOTAL_BUDGET_S
 from attnforge.core.errors import NothingToDoError
 from attnforge.core.kernels import KERNELS
 
@@ -28,17 +29,28 @@ from attnforge.core.kernels import KERNELS
     show_default=True,
     help="The project to look up in the index (flash-attn-3: stable-ABI wheels).",
 )
-def command(index_url: str, python: str | None, profile: str | None, as_json: bool, kernel: str) -> None:
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1.0),
+    default=TOTAL_BUDGET_S,
+    show_default=True,
+    help=f"Seconds for reading the index in all (each connection or read: at most {CONNECT_TIMEOUT_S:g} s).",
+)
+def command(
+    index_url: str, python: str | None, profile: str | None, as_json: bool, kernel: str, timeout: float
+) -> None:
     """Print the pip command for the wheel that fits this environment, or why none fits (exit 3).
 
     Compared: Python, platform, torch release, the torch build's CUDA/ROCm, C++ ABI, profile and, with a
-    GPU, its architecture and the driver. The command goes to stdout, the reasoning to stderr.
+    GPU, its architecture and the driver. The command goes to stdout, the reasoning to stderr. An index that
+    cannot be read says why, with the URL: connection refused, timeout, HTTP status, corrupt page (exit 5).
     """
+    from attnforge.client.index_fetch import IndexReader
     from attnforge.client.which import resolve
     from attnforge.engine.environment import Env, run_probe
 
     env = Env.from_probe(run_probe(python))
-    res = resolve(env, index_url, profile, kernel)
+    res = resolve(env, index_url, profile, kernel, IndexReader(total_s=timeout))
     if as_json:
         click.echo(json.dumps(res.to_json(), indent=2))
     else:
