@@ -67,7 +67,7 @@ class IndexReader:
                 ctype = resp.headers.get("Content-Type", "") if resp.headers else ""
                 chunks: list[bytes] = []
                 size = 0
-                while chunk := resp.read(256 * 1024):
+                while chunk := resp.read1(256 * 1024):  # what has arrived: a drip cannot stall a read
                     size += len(chunk)
                     if size > MAX_PAGE_BYTES:
                         raise IndexFault(

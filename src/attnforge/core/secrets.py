@@ -45,6 +45,8 @@ def redact(text: str, secrets: Iterable[str], username: str | None = None) -> st
         if len(s) < MIN_SECRET_LENGTH:
             raise ValueError("a secret shorter than MIN_SECRET_LENGTH reached redact(); check_secret() it")
         forms |= spellings(s, username)
-    for form in sorted(forms, key=len, reverse=True):
-        text = text.replace(form, MASK)
+    ordered = sorted(forms, key=len, reverse=True)
+    while any(form in text for form in ordered):  # a replacement can join pieces into a secret again
+        for form in ordered:
+            text = text.replace(form, MASK)  # each pass shortens the text: every form is longer than MASK
     return text

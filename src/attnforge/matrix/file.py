@@ -111,6 +111,13 @@ def parse_matrix(text: str, filename: str = DEFAULT_MATRIX, limits: Limits = LIM
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         raise ConfigurationError(f"{where(filename, mark)}: invalid YAML: {exc.problem}") from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow (control characters)
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - text.rfind("\n", 0, exc.position)
+        what = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
+        raise ConfigurationError(
+            f"{filename}:{line}:{column}: invalid YAML: unacceptable character {what}: {exc.reason}"
+        ) from None
     if not isinstance(data, dict):
         raise ConfigurationError(
             f"{filename}: expected a mapping at the top level, got {type(data).__name__}"

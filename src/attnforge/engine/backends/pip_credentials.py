@@ -9,11 +9,11 @@ from this machine's pip configuration, whose credentialed URLs are scrubbed into
 
 from __future__ import annotations
 
+import atexit
 import netrc
 import os
 import shutil
 import tempfile
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
@@ -93,14 +93,13 @@ def check_netrc(path: Path, where: str) -> Path:
 
 class NetrcFile:
     """The netrc a build hands pip: the user's own file as it is when nothing was scrubbed, else a private
-    copy (mode 600, in a folder of mode 700, removed when this object goes or the process ends) holding the
+    copy (mode 600, in a folder of mode 700, removed by `close()` or when the process ends) holding the
     scrubbed entries followed by the user's file (whose entries then win)."""
 
     def __init__(self, logins: list[IndexLogin], user_file: Path | None) -> None:
         self.logins = logins
         self.user_file = user_file
         self._path: Path | None = None
-        self._cleanup: weakref.finalize[..., NetrcFile] | None = None
 
     def path(self) -> Path | None:
         """The file to give pip, written on first use; None when there are no credentials at all."""
@@ -108,10 +107,10 @@ class NetrcFile:
             return self.user_file
         if self._path is None:
             folder = Path(tempfile.mkdtemp(prefix="attnforge-netrc-"))
-            self._cleanup = weakref.finalize(self, shutil.rmtree, folder, True)
+            atexit.register(shutil.rmtree, folder, True)
             lines = [login.netrc_line() for login in self.logins]
             if self.user_file is not None:
-                lines.append(self.user_file.read_text(encoding="utf-8"))
+                lines.append(self.user_file.read_text(encoding="utf-8").rstrip("\n"))
             target = folder / "netrc"
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -121,6 +120,6 @@ class NetrcFile:
 
     def close(self) -> None:
         """Remove the private copy now (the user's own file is never touched)."""
-        if self._cleanup is not None:
-            self._cleanup()
+        if self._path is not None:
+            shutil.rmtree(self._path.parent, ignore_errors=True)
         self._path = None
