@@ -72,7 +72,8 @@ def scrub(url: str, where: str) -> tuple[str, IndexLogin | None]:
         )
     password = unquote(parts.password)
     check_secret(password, where)
-    netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname  # an IPv6 address
+    netloc = host + (f":{parts.port}" if parts.port else "")
     clean = urlunsplit(SplitResult(parts.scheme, netloc, parts.path, parts.query, parts.fragment))
     return clean, IndexLogin(parts.hostname, unquote(parts.username), password)
 
