@@ -338,8 +338,9 @@ def attnforge_serve(directory: Path, log: Path) -> Iterator[Served]:
 
 
 @contextlib.contextmanager
-def pypiserver(root: Path, user: str, password: str) -> Iterator[Served]:
-    """pypiserver on 127.0.0.1 with an htpasswd file (passlib), uploads authenticated."""
+def pypiserver(root: Path, user: str, password: str, authenticate: str = "update") -> Iterator[Served]:
+    """pypiserver on 127.0.0.1 with an htpasswd file (passlib); `authenticate`: the actions that need the
+    password (uploads; "download,list,update" makes a private index)."""
     from passlib.apache import HtpasswdFile
 
     packages = root / "packages"
@@ -359,7 +360,7 @@ def pypiserver(root: Path, user: str, password: str) -> Iterator[Served]:
         "-P",
         htpasswd,
         "-a",
-        "update",
+        authenticate,
         "--disable-fallback",
         "--hash-algo",
         "sha256",

@@ -36,7 +36,8 @@ targets:
   release:
     matrix: {toolkit: [cuda12.4, cuda13.0], torch: ["2.13.0", "2.14.1"], python: ["3.11", "3.12"]}
   broken:
-    matrix: {toolkit: [cuda13.0], torch: ["2.14.1"], python: ["3.11"], profile: [nosuchprofile]}
+    matrix: {toolkit: [cuda13.0], torch: ["2.14.1"], python: ["3.11"]}
+    exclude: [{python: "3.11"}]
 """
 
 
@@ -105,8 +106,7 @@ def test_states_come_from_the_index_and_the_plan(index: StaticIndex) -> None:
     assert data["summary"] == {"parity-passed": 1, "built": 1, "yanked": 0, "not-built": 2, "refused": 4}
     # a target that cannot be planned is named, not fatal
     assert data["plan"]["notes"] == [
-        "target broken: not planned: profile 'nosuchprofile' is used by a target but not declared under "
-        "'profiles'; declared: full"
+        "target broken: not planned: target 'broken' expands to no cell (check its matrix, include and exclude)"
     ]
 
 

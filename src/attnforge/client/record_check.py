@@ -17,8 +17,6 @@ import io
 import json
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +27,7 @@ from urllib.parse import urljoin
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from attnforge.client.index_fetch import IndexFault, IndexReader
 from attnforge.client.which import fetch_project
 from attnforge.core.errors import EnvironmentProblem, RecordRefused
 from attnforge.wheels.records import (
@@ -40,7 +39,8 @@ from attnforge.wheels.records import (
 )
 from attnforge.wheels.signing_keys import TrustedKey, short
 
-TIMEOUT_S = 30
+WHEEL_BUDGET_S = 600.0  # downloading the installed wheel again (each read still within the connect timeout)
+MAX_WHEEL_BYTES = 4 * 1024**3
 
 
 @dataclass
@@ -61,27 +61,27 @@ class Offered:
     sha256: str
 
 
-def _fetch(url: str) -> bytes | None:
-    """The body at `url`, None on 404; EnvironmentProblem naming the URL on any other failure."""
+def _fetch(reader: IndexReader, url: str, max_bytes: int | None = None) -> bytes | None:
+    """The body at `url` read within `reader`'s budget, None when it is not there; EnvironmentProblem naming
+    the URL and what went wrong otherwise (refused, timeout, HTTP status)."""
     try:
-        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as resp:
-            return bytes(resp.read())
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
+        body, _ = reader.get(url, max_bytes=max_bytes) if max_bytes else reader.get(url)
+    except IndexFault as fault:
+        if fault.kind == "not-found":
             return None
-        raise EnvironmentProblem(f"{url}: HTTP {exc.code}") from None
-    except FileNotFoundError:
-        return None
-    except (urllib.error.URLError, OSError) as exc:
-        raise EnvironmentProblem(f"{url}: {getattr(exc, 'reason', exc)}") from None
+        raise EnvironmentProblem(f"cannot read the index: {fault}") from None
+    return body
 
 
-def offered(index_url: str, project: str, pick: Any) -> Offered:
-    """The first file of the index's project page for which `pick(filename)` is true."""
-    page, data = fetch_project(index_url, project)
+def offered(index_url: str, project: str, pick: Any, reader: IndexReader | None = None) -> Offered:
+    """The first file of the index's project page for which `pick(filename)` is true (the page read as
+    `which` reads it: within `reader`'s budget, failures named with their URL)."""
+    page, data = fetch_project(index_url, project, reader or IndexReader())
     for f in data.get("files") or []:
-        name = str(f.get("filename") or "")
-        if name.endswith(".whl") and pick(name):
+        if not isinstance(f, dict):
+            continue
+        name = f.get("filename")
+        if isinstance(name, str) and name.endswith(".whl") and pick(name):
             sha = str((f.get("hashes") or {}).get("sha256") or "")
             if not sha:
                 raise RecordRefused(f"{name}: the index lists no sha256 for it")
@@ -89,15 +89,19 @@ def offered(index_url: str, project: str, pick: Any) -> Offered:
     raise RecordRefused(f"no matching {project} wheel in {index_url}")
 
 
-def verify_offered(wheel: Offered, trusted: Sequence[TrustedKey]) -> list[RecordLine]:
-    """Check the records the index serves beside `wheel` (module docstring); RecordRefused on a bad one."""
-    manifest_raw = _fetch(wheel.url + ".manifest.json")
+def verify_offered(
+    wheel: Offered, trusted: Sequence[TrustedKey], reader: IndexReader | None = None
+) -> list[RecordLine]:
+    """Check the records the index serves beside `wheel` (module docstring), read within `reader`'s budget;
+    RecordRefused on a bad one."""
+    reader = reader or IndexReader()
+    manifest_raw = _fetch(reader, wheel.url + ".manifest.json")
     manifest = json.loads(manifest_raw) if manifest_raw else None
     build = verify_build(
         wheel.filename,
         wheel.sha256,
-        _fetch(wheel.url + PROVENANCE_SUFFIX),
-        _fetch(wheel.url + SBOM_SUFFIX),
+        _fetch(reader, wheel.url + PROVENANCE_SUFFIX),
+        _fetch(reader, wheel.url + SBOM_SUFFIX),
         trusted,
         manifest,
     )
@@ -114,7 +118,7 @@ def verify_offered(wheel: Offered, trusted: Sequence[TrustedKey]) -> list[Record
     ]
     if manifest is not None:
         lines.append(RecordLine("manifest", "ok", "says what the provenance signed"))
-    parity_raw = _fetch(wheel.url + PARITY_SUFFIX)
+    parity_raw = _fetch(reader, wheel.url + PARITY_SUFFIX)
     if parity_raw is None:
         lines.append(RecordLine("parity", "warn", "no signed parity record beside the wheel"))
     else:
@@ -190,9 +194,10 @@ def verify_installed(
 ) -> list[RecordLine]:
     """The installed wheel is one the index offers with good records, file for file (module docstring)."""
     dist = installed(python, project)
-    wheel = offered(index_url, project, _same_wheel(dist))
-    lines = verify_offered(wheel, trusted)
-    body = _fetch(wheel.url)
+    reader = IndexReader()
+    wheel = offered(index_url, project, _same_wheel(dist), reader)
+    lines = verify_offered(wheel, trusted, reader)
+    body = _fetch(IndexReader(total_s=WHEEL_BUDGET_S), wheel.url, MAX_WHEEL_BYTES)
     if body is None:
         raise RecordRefused(f"{wheel.url}: not found")
     digest = hashlib.sha256(body).hexdigest()

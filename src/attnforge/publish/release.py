@@ -57,6 +57,7 @@ def collect_bundles(sources: Iterable[Path], exclude: Sequence[Path] = ()) -> li
     """Wheels named directly, or found under folders (skipping hidden folders and the index itself)."""
     skip = [Path(os.path.abspath(p)) for p in exclude]
     wheels: list[Path] = []
+    unfinalized: list[Path] = []  # wheels found without a manifest beside them
     for src in sources:
         if src.is_file():
             wheels.append(src)
@@ -69,8 +70,9 @@ def collect_bundles(sources: Iterable[Path], exclude: Sequence[Path] = ()) -> li
                 d for d in dirs if not d.startswith(".") and not any((here / d) == s for s in skip)
             )
             for f in sorted(files):
-                if f.endswith(".whl") and (here / (f + MANIFEST_SUFFIX)).is_file():
-                    wheels.append(here / f)
+                if f.endswith(".whl"):
+                    finalized = (here / (f + MANIFEST_SUFFIX)).is_file()
+                    (wheels if finalized else unfinalized).append(here / f)
     seen: set[Path] = set()
     bundles = []
     for w in wheels:
@@ -79,7 +81,15 @@ def collect_bundles(sources: Iterable[Path], exclude: Sequence[Path] = ()) -> li
             seen.add(key)
             bundles.append(_bundle(w))
     if not bundles:
-        raise PublishError("no finalized wheels found in " + ", ".join(str(s) for s in sources))
+        where = ", ".join(str(s) for s in sources)
+        if unfinalized:
+            names = ", ".join(w.name for w in unfinalized[:3]) + (" ..." if len(unfinalized) > 3 else "")
+            raise PublishError(
+                f"no finalized wheels found in {where}: {names} ha{'s' if len(unfinalized) == 1 else 've'} no "
+                f"manifest (<wheel>{MANIFEST_SUFFIX}) beside it; finalize first: "
+                f"attnforge wheels finalize {unfinalized[0]}"
+            )
+        raise PublishError(f"no finalized wheels found in {where}")
     return bundles
 
 
