@@ -34,6 +34,7 @@ CI_SLOW_ALLOWLIST: list[str] = [
     "test_flex_precompiled",  # a precompiled Flex function loaded without tracing; guards; corruption (~1.5 min)
     "test_rocm_triton_build",  # `attnforge build --cell <ROCm Triton cell>`, install, import (~2 min)
     "test_index_page_browser",  # the index page in headless Chromium over `attnforge serve` (~25 s with its index)
+    "test_pip_secrets",  # a private index's password reaches pip in the builder and no log, spec or ps (~45 s)
 ]
 
 
@@ -155,7 +156,7 @@ def gpu_validate(session: nox.Session) -> None:
     """On a GPU machine, with its own torch: build (`attnforge build --python`), parity, publish, install.
 
     `attnforge build --python $(command -v python3)` (args after `--` go to it; default `--profile
-    hd64128`), `attnforge parity run` on the wheel (recorded in its manifest), `attnforge publish --to gpu`
+    hd64128`), `attnforge parity run` on the wheel (a signed parity record beside it), `attnforge publish --to gpu`
     (a static index that takes only wheels whose parity passed), then `attnforge serve` that index while
     `attnforge runner check --smoke-index` installs the wheel from it into a fresh venv and runs it. Every
     step runs; the session fails when one did. Writes reports/gpu/env_build.json ($ATTNFORGE_GPU_REPORT);

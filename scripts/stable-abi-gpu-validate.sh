@@ -8,7 +8,9 @@
 #
 #   bash scripts/stable-abi-gpu-validate.sh WHEEL OBJECTS_TGZ UPSTREAM_TESTS OUT NAME
 #
-# WHEEL: the .whl (its .manifest.json beside it); OBJECTS_TGZ: the kernel objects of its kernel set (the
+# WHEEL: the .whl (its .manifest.json, .provenance.intoto.json and .cdx.json beside it: publish takes only a
+# wheel whose build provenance is signed by a trusted key, docs/records.md; give this host the site key the
+# build signed with, $ATTNFORGE_SIGNING_KEY, so the parity record it signs here is trusted too); OBJECTS_TGZ: the kernel objects of its kernel set (the
 # cell's objects/ folder packed); UPSTREAM_TESTS: flash-attention's tests/test_flash_attn.py of the release
 # (a file, checkout or archive); OUT: folder for logs; NAME: stem of the committed results (stable_abi_h100).
 # STEPS="a b" runs only those steps. Every step logs to OUT/<step>.log; the script goes on after a failed step and exits non-zero if any failed.

@@ -1,5 +1,6 @@
 """Real pip and real uv against a served index (tests/integration/tinyindex.py): PEP 592 yanks as pip sees them,
-`doctor` warning about an installed yanked wheel, and a uv project configured by `attnforge which --format uv`.
+`doctor` warning about an installed yanked wheel (and, from the same index, checking it against its signed
+records), and a uv project configured by `attnforge which --format uv`.
 
 Nothing comes from the public index: the wheels' torch pin resolves against a stand-in torch (pure Python,
 2.14.1+cu130 and 2.13.0+cu130) that the uv project takes from a folder index marked `default = true`, so uv
@@ -84,6 +85,31 @@ def test_doctor_warns_that_the_installed_wheel_was_yanked(
     which = cli("which", "--index-url", server.url, "--python", py)
     assert f"yanked, never proposed: {tiny_index.wheels[V214_FWD].name} ({YANK_REASON})" in which.stderr
     assert which.stdout.split()[2] == f"flash-attn=={V214}"
+
+
+def test_one_index_url_serves_the_yank_check_and_the_signed_records(
+    server: Served, tiny_index: TinyIndex, tmp_path: Path
+) -> None:
+    """doctor --verify reads the same --index-url as the yank check: the yanked wheel's records are still
+    served beside it; which --verify checks the wheel it proposes (its signed parity record too)."""
+    py = empty_env(tmp_path / "env")
+    pip_install(
+        py, "--no-index", "--find-links", tiny_index.torch_index / "torch", "torch==2.14.1+cu130", check=True
+    )
+    pip_install(
+        py, "--no-deps", "--index-url", f"{server.url}/all/simple", f"flash-attn=={V214_FWD}", check=True
+    )
+    trusted = ("--trusted-key", tiny_index.project / "keys" / "site.pub")
+    doctor = cli("doctor", "--python", py, "--index-url", server.url, "--verify", *trusted, check=False)
+    out = doctor.stdout
+    assert f"warn yanked: {tiny_index.wheels[V214_FWD].name} was yanked from {server.url}" in out, out
+    assert "ok   records: provenance: signed by " in out, out
+    assert "ok   records: sbom: " in out and "warn records: parity: no signed parity record" in out, out
+    assert f"ok   records: installed files: all 4 files of {tiny_index.wheels[V214_FWD].name}" in out, out
+    which = cli("which", "--index-url", server.url, "--python", py, "--verify", *trusted)
+    assert which.stdout.split()[2] == f"flash-attn=={V214}"
+    assert "ok   provenance: signed by " in which.stderr, which.stderr
+    assert "ok   parity: signed run on NVIDIA H100 80GB HBM3 (sm_90, 79 GiB): passed" in which.stderr
 
 
 # ---------------------------------------------------------------- uv

@@ -194,6 +194,29 @@ def test_which_prints_the_command_that_installs(server: Served, torch214: TorchE
     assert run([target, "-c", SMOKE]).stdout.startswith("cuda")
 
 
+def test_which_verify_checks_the_chosen_wheels_records(
+    server: Served, torch214: TorchEnv, tmp_path: Path
+) -> None:
+    """The records publish served beside the wheel (signed by the wheel factory's key at finalize)."""
+    probe_env = fresh_env(tmp_path / "probe", torch214)
+    proc = cli("which", "--index-url", server.url, "--python", probe_env, "--verify")
+    assert (
+        proc.stdout.strip()
+        == f"pip install flash-attn=={V214} --index-url {server.url}/cu130-torch2.14/simple"
+    )
+    assert "ok   provenance: signed by " in proc.stderr and "ok   sbom: " in proc.stderr
+    assert "warn parity: no signed parity record beside the wheel" in proc.stderr
+    # trusting only a key the records were not signed with: exit 7, no command
+    other = tmp_path / "other.pem"
+    cli("keys", "generate", other)
+    proc = cli(
+        "which", "--index-url", server.url, "--python", probe_env, "--verify",
+        "--trusted-key", other.with_suffix(".pub"), check=False,
+    )  # fmt: skip
+    assert proc.returncode == 7 and proc.stdout == ""
+    assert "provenance.intoto.json: signed by " in proc.stderr and "not a trusted key" in proc.stderr
+
+
 def test_json_api_is_valid_and_negotiated(server: Served, published: Path) -> None:
     status, ctype, body = get(f"{server.url}/all/simple/flash-attn/", JSON)
     assert status == 200 and ctype == JSON

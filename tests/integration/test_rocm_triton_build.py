@@ -147,6 +147,11 @@ def test_routed_to_the_triton_backend_and_finalized(project: Path, cell: Cell, b
     assert not list((project / "wheels").glob(".staging-*"))  # moved in atomically, staging removed
     verify = attnforge(project, "wheels", "verify", str(built.wheel))
     assert verify.returncode == 0, verify.stdout + verify.stderr
+    # the engine signed what it built (docs/records.md): publish's every check passes on it (a dry run)
+    for suffix in (".provenance.intoto.json", ".cdx.json"):
+        assert built.wheel.with_name(built.wheel.name + suffix).is_file(), suffix
+    dry = attnforge(project, "publish", "--to", "./dry-index", "--dry-run", str(built.wheel))
+    assert dry.returncode == 0 and f"would add {built.wheel.name}" in dry.stderr, dry.stderr
 
 
 def test_unchanged_cell_is_skipped(project: Path, cell: Cell, built: Build) -> None:

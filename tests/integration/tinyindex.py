@@ -9,15 +9,18 @@
   reads: `__version__`, `version.cuda`, `_C._GLIBCXX_USE_CXX11_ABI`, `cuda.is_available()`), as a PEP 503
   folder index: what pip and uv resolve the wheels' torch pin against, so nothing comes from the public index
   and no CUDA torch is downloaded.
-- A project (matrix.yaml next to wheels/) published with `attnforge publish --to local`: one wheel with a
-  passed parity record (device, driver, date, report URL), one yanked with `attnforge yank`; its plan has
-  cells refused by a rule (CUDA 12.4 for torch 2.13/2.14) and valid cells not built (Python 3.12).
+- A project (matrix.yaml next to wheels/, its own site key in keys/: `signing.key`) published with `attnforge
+  publish --to local`: every wheel signed by `wheels finalize` (provenance and SBOM beside it, docs/records.md),
+  one with a passed parity run (in its manifest: device, driver, date, report URL; and a signed parity record),
+  one yanked with `attnforge yank`; its plan has cells refused by a rule (CUDA 12.4 for torch 2.13/2.14) and
+  valid cells not built (Python 3.12).
 
 Built once per test session (about 10 s: five `wheels finalize` runs).
 """
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -28,7 +31,9 @@ from typing import Any
 
 import pytest
 
+from attnforge.parity.parity_statement import sign_run
 from attnforge.wheels.manifest import record_parity
+from attnforge.wheels.signing_keys import KEY_ENV, TRUSTED_ENV, generate_key
 from attnforge.wheels.wheelio import Member, write_wheel
 from tests.integration.wheelfactory import cli
 
@@ -40,6 +45,16 @@ V_STABLE = "2.8.3+cu130sm90torch2.10abi3.hd128"
 YANK_REASON = "wrong output for head dim 128 with causal masks"
 REPORT_URL = "https://ci.example.org/runs/4711/parity.md"
 TORCHES = ("2.14.1+cu130", "2.13.0+cu130")
+PARITY_REPORT = {
+    "device": "NVIDIA H100 80GB HBM3 (sm_90, 79 GiB)",
+    "torch": "2.14.1+cu130",
+    "wheel": f"flash_attn-{V214}-cp311-cp311-linux_x86_64.whl",
+    "profile": "full",
+    "passed": 12,
+    "failed": 0,
+    "skipped": 1,
+    "cases": [{"kernel": "flash_attn_func", "dtype": "bf16", "shape": "b2 s128 h4 d64", "ok": True}],
+}
 
 MATRIX = """\
 version: 1
@@ -60,6 +75,7 @@ targets:
     matrix: {toolkit: [cuda13.0], torch: ["2.11", "2.12"], python: ["3.11", "3.12"], profile: [hd128]}
 destinations:
   local: {kind: static, path: wheels/index, require_parity: false}
+signing: {key: keys/site.pem}
 """
 
 
@@ -113,8 +129,18 @@ def _raw_manifest(name: str, torch: str, profile: str, extra: dict[str, Any]) ->
     }
 
 
-def tiny_wheel(out: Path, torch: str, profile: str = "full", *, stable: bool = False) -> Path:
-    """A raw tiny flash-attn wheel and its build manifest, finalized by the CLI; the finalized wheel."""
+def signing_env(key: Path) -> dict[str, str]:
+    """This environment with `key` as the site key (and no trusted keys named by another module)."""
+    env = {k: v for k, v in os.environ.items() if k != TRUSTED_ENV}
+    env[KEY_ENV] = str(key)
+    return env
+
+
+def tiny_wheel(
+    out: Path, torch: str, profile: str = "full", *, stable: bool = False, env: dict[str, str]
+) -> Path:
+    """A raw tiny flash-attn wheel and its build manifest, finalized (and signed) by the CLI; the finalized
+    wheel."""
     tag = "cp310-abi3-linux_x86_64" if stable else "cp311-cp311-linux_x86_64"
     raw = out / f"raw-{torch}-{profile}"
     dist_info = "flash_attn-2.8.3.dist-info"
@@ -141,7 +167,7 @@ def tiny_wheel(out: Path, torch: str, profile: str = "full", *, stable: bool = F
         wheel,
         "--out-dir",
         out / "final",
-        env=dict(os.environ, SOURCE_DATE_EPOCH=str(EPOCH)),
+        env=dict(env, SOURCE_DATE_EPOCH=str(EPOCH)),
     )
     return Path(proc.stdout.strip().splitlines()[-1])
 
@@ -181,12 +207,16 @@ def torch_stand_in(root: Path) -> Path:
 def build_tiny_index(root: Path) -> TinyIndex:
     """Finalize the wheels, publish them, record a parity run on one and yank another (see the docstring)."""
     made = root / "made"
+    project = root / "project"
+    key_path = project / "keys" / "site.pem"
+    key = generate_key(key_path)  # the project's own key, never this user's local one
+    env = signing_env(key_path)
     with ThreadPoolExecutor(max_workers=2) as pool:  # each finalize is a CLI run with auditwheel: ~2 s
         futures = {
-            V214: pool.submit(tiny_wheel, made, "2.14.1"),
-            V213: pool.submit(tiny_wheel, made, "2.13.0"),
-            V214_FWD: pool.submit(tiny_wheel, made, "2.14.1", "fwd128"),
-            V_STABLE: pool.submit(tiny_wheel, made, "2.11.0", "hd128", stable=True),
+            V214: pool.submit(tiny_wheel, made, "2.14.1", env=env),
+            V213: pool.submit(tiny_wheel, made, "2.13.0", env=env),
+            V214_FWD: pool.submit(tiny_wheel, made, "2.14.1", "fwd128", env=env),
+            V_STABLE: pool.submit(tiny_wheel, made, "2.11.0", "hd128", stable=True, env=env),
         }
         wheels = {version: future.result() for version, future in futures.items()}
     for version, wheel in wheels.items():
@@ -199,14 +229,16 @@ def build_tiny_index(root: Path) -> TinyIndex:
         "2026-11-20T10:00:00+00:00",
         driver="580.65.06",
     )
-    project = root / "project"
+    report = root / "parity.json"  # what `attnforge parity run` leaves; the run's outcome, signed
+    report.write_text(json.dumps(PARITY_REPORT))
+    sign_run(wheels[V214], report, key, report_ref=REPORT_URL)
     (project / "wheels").mkdir(parents=True)
     (project / "matrix.yaml").write_text(MATRIX)
-    for wheel in wheels.values():
-        for f in (wheel, wheel.with_name(wheel.name + ".manifest.json")):
+    for wheel in wheels.values():  # the wheel, its manifest, its signed records and SBOM
+        for f in wheel.parent.glob(glob.escape(wheel.name) + "*"):
             (project / "wheels" / f.name).write_bytes(f.read_bytes())
-    cli("publish", "--to", "local", cwd=project)
-    cli("yank", wheels[V214_FWD].name, "--reason", YANK_REASON, cwd=project)
+    cli("publish", "--to", "local", cwd=project, env=env)
+    cli("yank", wheels[V214_FWD].name, "--reason", YANK_REASON, cwd=project, env=env)
     return TinyIndex(project, wheels, torch_stand_in(root / "torch-index"))
 
 

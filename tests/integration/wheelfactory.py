@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import json
 import os
 import shutil
@@ -33,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from attnforge.wheels.records import PROVENANCE_SUFFIX, record_path
 
 DATA = Path(__file__).parent / "data" / "mini_flash_attn"
 CUDA_HOME = Path("/usr/local/cuda")
@@ -202,8 +205,9 @@ def finalized_wheel(root: Path, key: str) -> Path:
     out = root / f"wheel-torch{key}"
     ready = out / ".ready"
     with _locked(root / f".wheel-torch{key}.lock"):
-        if ready.is_file() and (out / "final" / ready.read_text()).is_file():
-            return out / "final" / ready.read_text()
+        final = out / "final" / ready.read_text() if ready.is_file() else None
+        if final is not None and final.is_file() and record_path(final, PROVENANCE_SUFFIX).is_file():
+            return final
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
         env = torch_env(root, key)
@@ -227,10 +231,11 @@ def finalized_wheel(root: Path, key: str) -> Path:
 
 
 def copy_wheel(wheel: Path, dest: Path) -> Path:
-    """Copy a finalized wheel and its manifest into `dest`."""
+    """Copy a finalized wheel, its manifest and its signed records (docs/records.md) into `dest`."""
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy2(wheel, dest / wheel.name)
-    shutil.copy2(wheel.with_name(wheel.name + ".manifest.json"), dest / (wheel.name + ".manifest.json"))
+    for extra in sorted(wheel.parent.glob(glob.escape(wheel.name) + ".*")):
+        shutil.copy2(extra, dest / extra.name)
     return dest / wheel.name
 
 
@@ -333,8 +338,9 @@ def attnforge_serve(directory: Path, log: Path) -> Iterator[Served]:
 
 
 @contextlib.contextmanager
-def pypiserver(root: Path, user: str, password: str) -> Iterator[Served]:
-    """pypiserver on 127.0.0.1 with an htpasswd file (passlib), uploads authenticated."""
+def pypiserver(root: Path, user: str, password: str, authenticate: str = "update") -> Iterator[Served]:
+    """pypiserver on 127.0.0.1 with an htpasswd file (passlib); `authenticate`: the actions that need the
+    password (uploads; "download,list,update" makes a private index)."""
     from passlib.apache import HtpasswdFile
 
     packages = root / "packages"
@@ -354,7 +360,7 @@ def pypiserver(root: Path, user: str, password: str) -> Iterator[Served]:
         "-P",
         htpasswd,
         "-a",
-        "update",
+        authenticate,
         "--disable-fallback",
         "--hash-algo",
         "sha256",
@@ -376,7 +382,15 @@ def pypiserver(root: Path, user: str, password: str) -> Iterator[Served]:
 @pytest.fixture(scope="session")
 def factory_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = cache_root(tmp_path_factory)
-    yield root
+    # the wheels' records are signed (and publish trusts them) with a key of the factory's own, never with the
+    # local key in this user's ~/.config; kept with the wheels when $ATTNFORGE_TEST_CACHE keeps them
+    key = root / "signing-key.pem"
+    with _locked(root / ".signing-key.lock"):
+        if not key.is_file():
+            cli("keys", "generate", key)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ATTNFORGE_SIGNING_KEY", str(key))
+        yield root
     if not os.environ.get("ATTNFORGE_TEST_CACHE"):
         shutil.rmtree(root, ignore_errors=True)  # ~6 GB of venvs: pytest would keep three sessions' worth
 

@@ -36,7 +36,8 @@ targets:
   release:
     matrix: {toolkit: [cuda12.4, cuda13.0], torch: ["2.13.0", "2.14.1"], python: ["3.11", "3.12"]}
   broken:
-    matrix: {toolkit: [cuda13.0], torch: ["2.14.1"], python: ["3.11"], profile: [nosuchprofile]}
+    matrix: {toolkit: [cuda13.0], torch: ["2.14.1"], python: ["3.11"]}
+    exclude: [{python: "3.11"}]
 """
 
 
@@ -58,6 +59,7 @@ def bundles(tmp_path: Path) -> list[Any]:
         "date": "2026-11-20T10:00:00+00:00",
         "report": "https://ci.example.org/4711/parity.md",
     }
+    out[0].gate = "passed"  # what publish's gate sets when the wheel's signed parity record passed
     return out
 
 
@@ -104,8 +106,7 @@ def test_states_come_from_the_index_and_the_plan(index: StaticIndex) -> None:
     assert data["summary"] == {"parity-passed": 1, "built": 1, "yanked": 0, "not-built": 2, "refused": 4}
     # a target that cannot be planned is named, not fatal
     assert data["plan"]["notes"] == [
-        "target broken: not planned: profile 'nosuchprofile' is used by a target but not declared under "
-        "'profiles'; declared: full"
+        "target broken: not planned: target 'broken' expands to no cell (check its matrix, include and exclude)"
     ]
 
 
@@ -118,6 +119,20 @@ def test_a_yank_keeps_the_plan_and_shows_the_reason(index: StaticIndex) -> None:
     (yanked,) = cell(data["sections"], "CUDA 13.0 · torch 2.14", "3.11")
     assert yanked["state"] == "yanked" and yanked["yanked"] == "wrong results"
     assert yanked["pip"] is None and yanked["uv"] is None  # never offered for installing
+
+
+def test_a_manifest_alone_does_not_make_parity_passed(tmp_path: Path) -> None:
+    """The manifest is not signed: "parity passed" needs publish's verdict from the signed parity record."""
+    idx = StaticIndex(tmp_path / "index", root_page=CoveragePage(snapshot(project(tmp_path))))
+    made = bundles(tmp_path)
+    made[0].gate = "not-required"  # the manifest says passed; no signed parity record did
+    idx.publish(made)
+    data = coverage(idx)
+    (entry,) = cell(data["sections"], "CUDA 13.0 · torch 2.14", "3.11")
+    assert entry["state"] == "built" and entry["parity"]["signed"] is False
+    assert data["summary"]["parity-passed"] == 0
+    page = (idx.root / "index.html").read_text()
+    assert "Parity passed (says the manifest: no signed parity record) on NVIDIA H100 80GB HBM3" in page
 
 
 class Structure(HTMLParser):

@@ -200,6 +200,16 @@ def _install_nox() -> dict[str, Any]:
     return {"name": "install nox", "run": "python -m pip install nox"}
 
 
+def _signing_key() -> dict[str, Any]:
+    """The site key from the ATTNFORGE_SIGNING_KEY_PEM secret (docs/records.md); without it, a runner's own."""
+    return {
+        "name": "the site signing key (secret ATTNFORGE_SIGNING_KEY_PEM)",
+        "run": 'if [ -n "$PEM" ]; then printf \'%s\\n\' "$PEM" > "$RUNNER_TEMP/site.pem"; '
+        'echo "ATTNFORGE_SIGNING_KEY=$RUNNER_TEMP/site.pem" >> "$GITHUB_ENV"; fi',
+        "env": {"PEM": "${{ secrets.ATTNFORGE_SIGNING_KEY_PEM }}"},
+    }
+
+
 def _runs_on(labels: tuple[str, ...] | list[str]) -> Any:
     return labels[0] if len(labels) == 1 else list(labels)
 
@@ -243,6 +253,7 @@ def build_job(
         _checkout(),
         _setup_python(settings),
         _install_nox(),
+        _signing_key(),
         {
             "name": "restore this kernel-set's objects",
             "uses": ACTIONS["cache-restore"],
@@ -268,7 +279,7 @@ def build_job(
             "uses": ACTIONS["upload"],
             "with": {
                 "name": f"wheels-{job.key}",
-                "path": f"{out}/*.whl\n{out}/*.manifest.json\n",
+                "path": f"{out}/*.whl\n{out}/*.manifest.json\n{out}/*.intoto.json\n{out}/*.cdx.json\n",
                 "if-no-files-found": "error",
             },
         },
@@ -303,14 +314,15 @@ def parity_job(job: ParityJob, project: Project, settings: CiSettings) -> dict[A
                 "uses": ACTIONS["download"],
                 "with": {"name": f"wheels-{job.build.key}", "path": out},
             },
+            _signing_key(),
             {"name": "GPU parity", "run": f"nox -s gpu-parity -- --wheels {out}"},
             {
-                "name": "upload the parity report and the updated manifests",
+                "name": "upload the parity reports, the signed parity records and the updated manifests",
                 "if": "always()",
                 "uses": ACTIONS["upload"],
                 "with": {
                     "name": job.job_id,
-                    "path": f"{out}/*.manifest.json\nreports/gpu/\n",
+                    "path": f"{out}/*.manifest.json\n{out}/*.parity.intoto.json\nreports/gpu/\n",
                     "if-no-files-found": "warn",
                 },
             },

@@ -10,6 +10,10 @@ never a candidate: the explanation names it and its reason. The Python axis take
 the interpreter/ABI tags pip accepts on that CPython (`packaging.tags`): `cp311-cp311`, `abi3`, and the
 pure-Python `py3`/`py3X` + `none` of a ROCm Triton wheel (`...-py3-none-any.whl`, which also fits any
 platform). The answer is printed as a pip command or as uv's pyproject entries (`publish.install_commands`).
+
+Reading the index is bounded (`index_fetch`: a few seconds to connect, a total budget) and every failure is
+named with its URL: connection refused, timeout, HTTP status (exit 5), a corrupt page (exit 5), no project
+page at all (exit 2). Entries of the page that are not wheels attnforge can read are counted and reported.
 """
 
 from __future__ import annotations
@@ -18,8 +22,6 @@ import dataclasses
 import json
 import os
 import re
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,8 +31,9 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from attnforge.builder.toolkits import cuda_of_variant
+from attnforge.client.index_fetch import IndexFault, IndexReader
 from attnforge.core.arches import arch_runs_on
-from attnforge.core.errors import ConfigurationError
+from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.engine.environment import Env, interpreter_abis
 from attnforge.publish.index import ALL, JSON_TYPE
 from attnforge.publish.install_commands import pip_command, uv_config
@@ -68,18 +71,13 @@ class Candidate:
     platforms: set[str]
     manifest: dict[str, Any] | None = None
     problems: list[tuple[str, str]] = field(default_factory=list)  # (axis, why)
+    reader: IndexReader | None = field(default=None, repr=False, compare=False)  # what read its page
 
     @property
     def variant(self) -> str | None:
         if self.manifest and self.manifest.get("variant"):
             return str(self.manifest["variant"])
         return self.local.variant if self.local else None
-
-
-def _get(url: str, accept: str | None = None) -> tuple[bytes, str]:
-    req = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return resp.read(), resp.headers.get("Content-Type", "")
 
 
 def _is_local(url: str) -> bool:
@@ -92,54 +90,96 @@ def _as_url(url: str) -> str:
     return Path(os.path.abspath(url)).as_uri() + "/"  # not resolve(): the index symlink must stay in the URL
 
 
-def fetch_project(index_url: str, project: str = PROJECT) -> tuple[str, dict[str, Any]]:
-    """(URL of the project page, its PEP 691 JSON) from an attnforge index root or a simple/ URL."""
+def fetch_project(
+    index_url: str, project: str = PROJECT, reader: IndexReader | None = None
+) -> tuple[str, dict[str, Any]]:
+    """(URL of the project page, its PEP 691 JSON) from an attnforge index root or a simple/ URL.
+
+    A host that cannot be talked to (refused, timeout, unknown) or that answers with an HTTP error other
+    than 404 stops the search: EnvironmentProblem naming the URL and what happened. A page that is there but
+    is not PEP 691 JSON is a corrupt index (EnvironmentProblem) unless another candidate page works; when no
+    page exists, ConfigurationError listing each URL tried and its answer."""
+    reader = reader or IndexReader()
     base = _as_url(index_url)
-    tried = []
+    tried: list[str] = []
+    corrupt: list[str] = []
     for page in (urljoin(base, f"{ALL}/simple/{project}/"), urljoin(base, f"{project}/")):
         targets = [page + "index.json"] if _is_local(base) else [page, page + "index.json"]
         for target in targets:
-            tried.append(target)
             try:
-                body, ctype = _get(target, f"{JSON_TYPE}, application/json;q=0.5")
-            except (urllib.error.URLError, OSError):
+                body, ctype = reader.get(target, f"{JSON_TYPE}, application/json;q=0.5")
+            except IndexFault as fault:
+                if fault.kind != "not-found":
+                    raise EnvironmentProblem(f"cannot read the index: {fault}") from None
+                tried.append(f"{target} ({fault.detail})")
                 continue
             if "json" not in ctype and not target.endswith(".json"):
+                tried.append(f"{target} ({ctype or 'no Content-Type'}, not JSON)")
                 continue  # an HTML-only server: ask for the JSON file itself
             try:
                 data = json.loads(body)
-            except ValueError:
+            except json.JSONDecodeError as exc:
+                corrupt.append(f"{target}: not valid JSON ({exc.msg}: line {exc.lineno}, column {exc.colno})")
                 continue
-            if isinstance(data, dict) and isinstance(data.get("files"), list):
-                version = str((data.get("meta") or {}).get("api-version", "1.0"))
-                if not version.startswith("1."):
-                    raise ConfigurationError(f"{target}: PEP 691 api-version {version} is not supported")
-                return page, data
+            except UnicodeDecodeError:
+                corrupt.append(f"{target}: not UTF-8 text")
+                continue
+            if not (isinstance(data, dict) and isinstance(data.get("files"), list)):
+                corrupt.append(f"{target}: JSON without a 'files' list (not a PEP 691 project page)")
+                continue
+            version = str((data.get("meta") or {}).get("api-version", "1.0"))
+            if not version.startswith("1."):
+                raise ConfigurationError(f"{target}: PEP 691 api-version {version} is not supported")
+            return page, data
+    if corrupt:
+        raise EnvironmentProblem(f"corrupt index page: {corrupt[0]}")
     raise ConfigurationError(
         f"no PEP 691 project page for {project} at {index_url} (tried {', '.join(tried)})"
     )
 
 
 def yanked_files(data: dict[str, Any]) -> dict[str, str]:
-    """filename -> reason of every file a PEP 691 project page marks yanked (PEP 592; "" without a reason)."""
+    """filename -> reason of every file a PEP 691 project page marks yanked (PEP 592; "" without a reason).
+    Entries that are not objects with a file name are left out (`candidates` counts them as malformed)."""
     out = {}
     for f in data["files"]:
-        yanked = f.get("yanked")
-        if yanked:
-            out[str(f.get("filename", ""))] = yanked if isinstance(yanked, str) else ""
+        if not isinstance(f, dict):
+            continue
+        filename, yanked = f.get("filename"), f.get("yanked")
+        if isinstance(filename, str) and filename and yanked:
+            out[filename] = yanked if isinstance(yanked, str) else ""
     return out
 
 
-def candidates(page: str, data: dict[str, Any]) -> list[Candidate]:
-    """The wheels a PEP 691 project page lists (yanked files and other files skipped)."""
+def candidates(
+    page: str, data: dict[str, Any], reader: IndexReader | None = None, malformed: list[str] | None = None
+) -> list[Candidate]:
+    """The wheels a PEP 691 project page lists (yanked files and other files skipped); an entry that is not
+    a readable wheel entry (no file name, a bad wheel name or version, a URL that is not text) is left out
+    and, when `malformed` is given, described there."""
+
+    def bad(why: str) -> None:
+        if malformed is not None:
+            malformed.append(why)
+
     out = []
-    for f in data["files"]:
-        filename = str(f.get("filename", ""))
+    for i, f in enumerate(data["files"]):
+        if not isinstance(f, dict):
+            bad(f"files[{i}]: not an object")
+            continue
+        filename = f.get("filename")
+        if not isinstance(filename, str) or not filename:
+            bad(f"files[{i}]: no file name")
+            continue
         if not filename.endswith(".whl") or f.get("yanked"):
+            continue
+        if not isinstance(f.get("url", filename), str):
+            bad(f"{filename}: its url is not text")
             continue
         try:
             _, version, _, tags = parse_wheel_filename(filename)
-        except (InvalidWheelFilename, InvalidVersion):
+        except (InvalidWheelFilename, InvalidVersion) as exc:
+            bad(f"{filename}: {exc}")
             continue
         out.append(
             Candidate(
@@ -150,19 +190,33 @@ def candidates(page: str, data: dict[str, Any]) -> list[Candidate]:
                 python_tags={t.interpreter for t in tags},
                 abi_tags={t.abi for t in tags},
                 platforms={t.platform for t in tags},
+                reader=reader,
             )
         )
     return out
 
 
 def load_manifest(c: Candidate) -> dict[str, Any] | None:
-    """The manifest the index keeps beside the wheel (None when it has none)."""
+    """The manifest the index keeps beside the wheel (None when it has none, or it cannot be read: then the
+    reader's notes say why)."""
     if c.manifest is None:
+        reader = c.reader or IndexReader()
+        url = c.url + ".manifest.json"
         try:
-            body, _ = _get(c.url + ".manifest.json")
-            c.manifest = json.loads(body)
-        except (urllib.error.URLError, OSError, ValueError):
+            body, _ = reader.get(url)
+        except IndexFault as fault:
+            if fault.kind != "not-found":
+                reader.notes.append(f"manifest of {c.filename} not read: {fault}")
             return None
+        try:
+            manifest = json.loads(body)
+        except ValueError:
+            reader.notes.append(f"manifest of {c.filename} is not valid JSON ({url})")
+            return None
+        if not isinstance(manifest, dict):
+            reader.notes.append(f"manifest of {c.filename} is not a JSON object ({url})")
+            return None
+        c.manifest = manifest
     return c.manifest
 
 
@@ -245,6 +299,7 @@ class Resolution:
     build_cell: str | None
     uv: str | None = None  # pyproject.toml entries for uv (an attnforge index only)
     yanked: dict[str, str] = field(default_factory=dict)  # files skipped as yanked, with their reasons
+    malformed: list[str] = field(default_factory=list)  # index entries left out, and why
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -257,6 +312,7 @@ class Resolution:
             "build_cell": self.build_cell,
             "rejected": {c.filename: dict(c.problems) for c in self.candidates if c.problems},
             "yanked": self.yanked,
+            "malformed": self.malformed,
         }
 
 
@@ -320,10 +376,19 @@ def with_torch(env: Env, torch: str) -> Env:
     return dataclasses.replace(env, torch=torch, accel=accel)
 
 
-def resolve(env: Env, index_url: str, profile: str | None = None, project: str = PROJECT) -> Resolution:
-    """Pick the wheel for `env` from the index at `index_url`, or explain why none fits."""
-    page, data = fetch_project(index_url, project)
-    cands = candidates(page, data)
+def resolve(
+    env: Env,
+    index_url: str,
+    profile: str | None = None,
+    project: str = PROJECT,
+    reader: IndexReader | None = None,
+) -> Resolution:
+    """Pick the wheel for `env` from the index at `index_url`, or explain why none fits. `reader` bounds
+    the time spent reading the index (default: index_fetch's connect timeout and total budget)."""
+    reader = reader or IndexReader()
+    page, data = fetch_project(index_url, project, reader)
+    malformed: list[str] = []
+    cands = candidates(page, data, reader, malformed)
     for c in cands:
         c.problems = check(c, env, profile)
     fits = [c for c in cands if not c.problems]
@@ -331,6 +396,12 @@ def resolve(env: Env, index_url: str, profile: str | None = None, project: str =
     yanked = yanked_files(data)
     for filename, reason in sorted(yanked.items()):
         explanation.append(f"yanked, never proposed: {filename} ({reason or 'no reason given'})")
+    if malformed:
+        more = f"; and {len(malformed) - 3} more" if len(malformed) > 3 else ""
+        explanation.append(
+            f"index: {len(malformed)} malformed entr{'y' if len(malformed) == 1 else 'ies'} of {page} "
+            f"skipped: {'; '.join(malformed[:3])}{more}"
+        )
 
     def key(c: Candidate) -> tuple[Version, int]:
         manylinux = max((int(p.split("_")[2]) for p in c.platforms if p.startswith("manylinux_")), default=0)
@@ -341,8 +412,9 @@ def resolve(env: Env, index_url: str, profile: str | None = None, project: str =
     if fits:
         best = max(fits, key=key)
         command, uv = install_commands(index_url, page, project, best)
-        res = Resolution(env, index_url, best, command, cands, explanation, None, uv, yanked)
+        res = Resolution(env, index_url, best, command, cands, explanation, None, uv, yanked, malformed)
         explanation.append(f"fits: {best.filename} (variant {best.variant})")
+        explanation += [f"note: {n}" for n in reader.notes]
         return res
     near: Candidate | None = None
     if not cands:
@@ -374,4 +446,5 @@ def resolve(env: Env, index_url: str, profile: str | None = None, project: str =
         explanation.append(
             "torch here is CPU-only: install a CUDA or ROCm build of torch; no cell builds for it"
         )
-    return Resolution(env, index_url, None, None, cands, explanation, cell, None, yanked)
+    explanation += [f"note: {n}" for n in reader.notes]
+    return Resolution(env, index_url, None, None, cands, explanation, cell, None, yanked, malformed)

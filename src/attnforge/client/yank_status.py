@@ -1,8 +1,8 @@
 """Whether the installed wheel was yanked from its index since it was installed (PEP 592), for `doctor`.
 
-The index's PEP 691 project page is read as `which` reads it; the installed distribution's version names the
-file (attnforge's local versions name the variant and profile), and among that version's files the one for
-this interpreter's Python tags is the installed one.
+The index's PEP 691 project page is read as `which` reads it (`index_fetch`: bounded, failures named); the
+installed distribution's version names the file (attnforge's local versions name the variant and profile),
+and among that version's files the one for this interpreter's Python tags is the installed one.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from attnforge.client.doctor import Check
+from attnforge.client.index_fetch import IndexReader
 from attnforge.client.which import fetch_project, yanked_files
-from attnforge.core.errors import ConfigurationError
+from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.engine.environment import Env, interpreter_abis
 
 NAME = "yanked"
@@ -30,18 +31,23 @@ def _fits_python(filename: str, env: Env) -> bool:
     return any((t.interpreter, t.abi) in accepted for t in parse_wheel_filename(filename)[3])
 
 
-def yank_check(index_url: str, project: str, installed_version: str, env: Env) -> Check:
+def yank_check(
+    index_url: str, project: str, installed_version: str, env: Env, reader: IndexReader | None = None
+) -> Check:
     """`warn` when the installed version's file is yanked in the index at `index_url`, `ok` when it is
-    offered, `skip` when the index cannot be read or does not hold that version."""
+    offered, `skip` when the index cannot be read (within `reader`'s budget; why, with the URL) or does not
+    hold that version."""
     try:
         installed = Version(installed_version)
     except InvalidVersion:
         return Check(NAME, "skip", f"installed version {installed_version!r} is not a PEP 440 version")
     try:
-        _, page = fetch_project(index_url, project)
-    except ConfigurationError as exc:
+        _, page = fetch_project(index_url, project, reader or IndexReader())
+    except (ConfigurationError, EnvironmentProblem) as exc:
         return Check(NAME, "skip", f"index not readable: {exc}")
-    files = [str(f.get("filename", "")) for f in page["files"]]
+    files = [
+        f["filename"] for f in page["files"] if isinstance(f, dict) and isinstance(f.get("filename"), str)
+    ]
     same = [f for f in files if f.endswith(".whl") and _same_version(f, installed)]
     mine = [f for f in same if _fits_python(f, env)] or same
     if not mine:

@@ -12,13 +12,14 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
 from attnforge.core.errors import EnvironmentProblem
+from attnforge.core.secrets import check_secret, redact
 
 DOCKER_ENV = "ATTNFORGE_DOCKER"
 DEFAULT_DOCKER = "/usr/bin/docker"
@@ -31,14 +32,6 @@ def docker_executable(default: str = DEFAULT_DOCKER) -> str:
     """The docker CLI every attnforge command runs: $ATTNFORGE_DOCKER, else `default` (read at each call, so
     a later environment change counts). The one definition: backends, images, cache and runner ask it."""
     return os.environ.get(DOCKER_ENV) or default
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """Replace every secret (of 4+ characters) in text by '***'."""
-    for s in secrets:
-        if s and len(s) >= 4:
-            text = text.replace(s, "***")
-    return text
 
 
 @dataclass
@@ -212,6 +205,7 @@ class Docker:
         """`docker login --password-stdin` into the private config (no password on the command line)."""
         if self._config_dir is None:
             raise RuntimeError("login needs Docker(private_config=True) used as a context manager")
+        check_secret(password, f"the password for {registry}")
         if password not in self.secrets:
             self.secrets.append(password)
         return self.run("login", "--username", username, "--password-stdin", registry, stdin=password + "\n")

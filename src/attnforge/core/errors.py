@@ -59,3 +59,7 @@ class InterruptedByUser(AttnforgeError):
     """Ctrl-C: cleaned up, nothing half-written left behind."""
 
     exit_code = 130
+
+
+class RecordRefused(PublishError):
+    """A signed record (in-toto statement) is missing, forged, signed by an untrusted key or about other bytes."""

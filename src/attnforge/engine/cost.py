@@ -150,7 +150,7 @@ class PlanCost:
             "per_torch": self.per_torch.to_json(self.cores),
             "none": self.none.to_json(self.cores),
             "without_stable_abi": self.per_torch_bindings.to_json(self.cores)
-            if self.stable_abi_saves
+            if self.per_torch_bindings is not None and self.stable_abi_saves
             else None,
             "not_estimated": [c.id for c in self.not_estimated],
             "kernel_sets": [

@@ -17,8 +17,9 @@ import sys
 from typing import Any
 
 
-def _driver() -> dict[str, Any] | None:
-    """Driver version and the CUDA version it supports, from nvidia-smi (None without one)."""
+def nvidia_driver() -> dict[str, Any] | None:
+    """Driver version and the CUDA version it supports, from nvidia-smi (None without one): the probe's
+    `driver`, and what a parity run records beside its verdict (manifest and signed parity record)."""
     exe = shutil.which("nvidia-smi")
     if not exe:
         return None
@@ -108,7 +109,7 @@ def probe(project: str | None = None, module: str | None = None) -> dict[str, An
         "system": platform.system(),
         "glibc": glibc,
         "torch": _torch(),
-        "driver": _driver(),
+        "driver": nvidia_driver(),
     }
     if project:
         result["flash_attn"] = _flash_attn(project, module or "")

@@ -41,7 +41,9 @@ from attnforge.engine.wheel_record import build_manifest
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.project import Project
 from attnforge.wheels.finalize import finalize_built
-from attnforge.wheels.manifest import manifest_path_for
+from attnforge.wheels.manifest import manifest_path_for, read_manifest
+from attnforge.wheels.records import RECORD_SUFFIXES, record_path, write_build_records
+from attnforge.wheels.signing_keys import SiteKey, project_signing, signing_key
 
 
 @dataclass
@@ -108,6 +110,15 @@ class Engine:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._routes: dict[Route, Backend] = {}
+        self._signing_key: SiteKey | None = None
+
+    def signing_key(self) -> SiteKey:
+        """The key the build's records are signed with (resolved once; docs/records.md)."""
+        if self._signing_key is None:
+            key = signing_key(project_signing(self.project), log=self.view.log)
+            assert key is not None
+            self._signing_key = key
+        return self._signing_key
 
     def backend_for(self, cell: Cell) -> Backend:
         """The backend that builds `cell` (see `routing`): the engine's own one for CUDA cells."""
@@ -188,6 +199,7 @@ class Engine:
     def build(self, cells: list[Cell], parallel_cells: int | None = None) -> list[CellResult]:
         """Build every cell: a kernel set's first cell compiles its kernels, the others then bind only."""
         self.logs.mkdir(parents=True, exist_ok=True)
+        self.signing_key()  # a bad key is a configuration error before hours of compiling, not after
         identities: dict[int, str] = {}
         todo: list[tuple[Cell, str]] = []
         results: list[CellResult] = []
@@ -447,6 +459,7 @@ class Engine:
             self.view.stage(cell.id, "finalizing")
             manifest = build_manifest(cell, built, result, job, self.backend_for(cell).name, seconds)
             final = finalize_built(built, manifest, staging, log=lambda m: self._log_line(job, m))
+            write_build_records(final.wheel, read_manifest(final.manifest), self.signing_key())
             profile_class = (
                 "fa3" if cell.kernel == "flash-attn-3" else "lean" if cell.profile_spec.disable else "full"
             )
@@ -468,11 +481,17 @@ class Engine:
             for old in self.output.glob("*.whl.manifest.json"):
                 try:
                     if json.loads(old.read_text()).get("cell_id") == cell.id:
-                        (self.output / old.name.removesuffix(".manifest.json")).unlink(missing_ok=True)
+                        stale = self.output / old.name.removesuffix(".manifest.json")
+                        for suffix in RECORD_SUFFIXES:
+                            record_path(stale, suffix).unlink(missing_ok=True)
+                        stale.unlink(missing_ok=True)
                         old.unlink()
                 except (OSError, json.JSONDecodeError):
                     continue
             final.manifest.replace(manifest_path_for(target))
+            for suffix in RECORD_SUFFIXES:  # the signed records and the SBOM before the wheel
+                if record_path(final.wheel, suffix).is_file():
+                    record_path(final.wheel, suffix).replace(record_path(target, suffix))
             final.wheel.replace(target)
             return target
         finally:

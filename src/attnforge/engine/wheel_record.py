@@ -36,7 +36,10 @@ def build_manifest(
         "build": {
             "backend": backend,
             "image": result.get("image"),
+            "image_id": result.get("image_id"),
             "base": result.get("base"),
+            "host_compiler": result.get("host_compiler"),
+            "patches_applied": result.get("patches_applied"),
             "torch_build": result.get("torch_build"),
             "started": (dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=seconds)).isoformat(),
             "wall_s": round(seconds, 1),

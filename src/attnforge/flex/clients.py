@@ -71,7 +71,7 @@ def _dtype(value: Any, where: str) -> str:
 class FlexClient(BaseModel):
     """One client declaration; ``expand()`` turns it into concrete variant dicts."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field(description="prefix of the expanded variant names (lowercase, digits, '-', '_', '.')")
     client: Literal["transformers", "diffusers", "torch"]

@@ -21,7 +21,7 @@ def split_heads(data: Any) -> Any:
 class FlexVariant(BaseModel):
     """One FlexAttention call to compile: mask, score_mod, dtype, shape, and how to compile it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field(description="file-safe name: lowercase letters, digits, '-', '_', '.'")
     mask: Literal["causal", "sliding_window", "document", "prefix_lm", "full"] = "causal"

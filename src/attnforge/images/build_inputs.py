@@ -11,6 +11,7 @@ from attnforge.builder.toolkits import cuda_variant
 from attnforge.core.docker_cli import DEFAULT_CA, Docker
 from attnforge.core.errors import ConfigurationError
 from attnforge.engine.backends.pip_config import PipOptions, pip_options
+from attnforge.engine.backends.pip_credentials import NetrcFile, check_netrc
 from attnforge.engine.sources import fetch_source
 from attnforge.images.ngc import BaseFacts, probe_base
 from attnforge.images.ngc_image import apply_ngc_facts, ngc_request, template_of
@@ -60,7 +61,17 @@ def pip_options_of(project: Project, host_pip: bool, log: Log) -> PipOptions:
     spec = matrix.build.pip if matrix is not None else PipSpec()
     if not host_pip:
         spec = spec.model_copy(update={"inherit_host_config": False})
-    return pip_options(spec)
+    opts = pip_options(spec, base=project.root)
+    for note in opts.notes:
+        log(note)
+    return opts
+
+
+def pip_netrc_of(options: PipOptions, explicit: Path | None) -> NetrcFile:
+    """The netrc pip gets as the BuildKit secret `pip_netrc`: --netrc (else build.pip.netrc) plus the
+    credentials scrubbed from this machine's pip config."""
+    user_file = check_netrc(explicit, "--netrc") if explicit is not None else options.netrc_file
+    return NetrcFile(list(options.logins), user_file)
 
 
 def runtime_base_for(project: Project, explicit: str | None, toolkit: str, log: Log) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnforge.core.errors import ConfigurationError
+from attnforge.core.secrets import check_secret
 
 USER_ENV = "ATTNFORGE_REGISTRY_USER"
 PASSWORD_ENV = "ATTNFORGE_REGISTRY_PASSWORD"
@@ -48,4 +49,6 @@ def resolve_credentials(
         )
     if password and not user:
         raise ConfigurationError(f"a registry password but no user: give --username or set ${USER_ENV}")
+    if password:
+        check_secret(password, str(password_file) if password_file else f"${password_env or PASSWORD_ENV}")
     return Credentials(user, password)

@@ -113,6 +113,13 @@ class BaseOs(Row):
     gcc: list[int]
 
 
+class PythonRelease(Row):
+    """A CPython release and the first torch release with Linux x86_64 wheels for it."""
+
+    version: str
+    first_torch: str
+
+
 class DriverFloor(Row):
     cuda_major: int
     min_driver: str
@@ -129,11 +136,15 @@ class CompatData(BaseModel):
     ngc: list[NgcRelease] = []
     driver: list[DriverFloor] = []
     base_os: list[BaseOs] = []
+    python: list[PythonRelease] = []
 
     def torch_release(self, version: str) -> TorchRelease | None:
         """Find the family row for '2.8' or '2.8.0'."""
         family = ".".join(version.split(".")[:2])
         return next((t for t in self.torch if t.family == family), None)
+
+    def python_release(self, version: str) -> PythonRelease | None:
+        return next((p for p in self.python if p.version == version), None)
 
     def cuda_toolkit(self, version: str) -> CudaToolkit | None:
         return next((c for c in self.cuda if c.version == version), None)
@@ -152,6 +163,7 @@ class CompatData(BaseModel):
         return next((o for o in self.base_os if o.name in words or o.codename in words), None)
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_version(text: str) -> Version:
     """A packaging Version; invalid text sorts as 0 so a rule can name it instead of crashing."""
     try:

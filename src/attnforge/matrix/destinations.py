@@ -19,6 +19,9 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from attnforge.core.errors import ConfigurationError, PublishError
+from attnforge.core.secrets import check_secret, redact
+
+__all__ = ["Credentials", "Destination", "ad_hoc", "redact", "resolve_credentials"]
 
 DEFAULT_USER_ENV = "ATTNFORGE_INDEX_USER"
 DEFAULT_PASSWORD_ENV = "ATTNFORGE_INDEX_PASSWORD"
@@ -81,6 +84,7 @@ def resolve_credentials(dest: Destination, base: Path) -> Credentials:
         password = os.environ.get(dest.password_env) or None
         if password is None:
             raise PublishError(f"${dest.password_env} is not set (the destination's password_env)")
+        check_secret(password, f"${dest.password_env}")
     elif dest.password_file:
         path = Path(dest.password_file).expanduser()
         path = path if path.is_absolute() else base / path
@@ -91,17 +95,10 @@ def resolve_credentials(dest: Destination, base: Path) -> Credentials:
         password = lines[0].strip() if lines and lines[0].strip() else None
         if password is None:
             raise PublishError(f"password_file {path} is empty")
+        check_secret(password, f"password_file {path}")
     if password and not username:
         raise PublishError("a password is configured but no username_env")
     return Credentials(username, password)
-
-
-def redact(text: str, secrets: list[str]) -> str:
-    """Replace every secret in `text` by '***' (exceptions from HTTP libraries can echo request data)."""
-    for s in secrets:
-        if s:
-            text = text.replace(s, "***")
-    return text
 
 
 def ad_hoc(target: str) -> Destination | None:

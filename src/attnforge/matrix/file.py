@@ -1,8 +1,10 @@
-"""Read matrix.yaml into the schema, turning YAML and validation errors into one-line messages."""
+"""Read matrix.yaml into the schema, turning YAML and validation errors into one-line messages: within
+bounds (matrix/yaml_bounds.py), every problem at its file:line:col, undeclared kernels and profiles included."""
 
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,21 +13,43 @@ from pydantic import ValidationError
 
 from attnforge.core.errors import ConfigurationError
 from attnforge.matrix.schema import Matrix
+from attnforge.matrix.yaml_bounds import LIMITS, Limits, check_size, load_bounded, where
 
 DEFAULT_MATRIX = "matrix.yaml"
 
 
-def _positions(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...], yaml.Mark]) -> None:
-    """Map every key path in the YAML tree to where it starts (for error messages)."""
-    out[path] = node.start_mark
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            key = key_node.value
-            _positions(value_node, path + (key,), out)
-            out[path + (key,)] = key_node.start_mark  # errors point at the key, not its value
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _positions(item, path + (i,), out)
+def _positions(root: yaml.Node) -> dict[tuple[Any, ...], yaml.Mark]:
+    """Map every key path in the YAML tree to where it starts (for error messages).
+
+    Iterative, and aliases are not expanded: a node met a second time (an alias) gets its own position but
+    is not walked again, so the work is linear in the size of the file.
+    """
+    out: dict[tuple[Any, ...], yaml.Mark] = {}
+    seen: set[int] = set()
+    todo: list[tuple[yaml.Node, tuple[Any, ...]]] = [(root, ())]
+    while todo:
+        node, path = todo.pop()
+        out.setdefault(path, node.start_mark)
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                key = key_node.value
+                out[path + (key,)] = key_node.start_mark  # errors point at the key, not its value
+                todo.append((value_node, path + (key,)))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                todo.append((item, path + (i,)))
+    return out
+
+
+def _mark_of(positions: dict[tuple[Any, ...], yaml.Mark], loc: tuple[Any, ...]) -> yaml.Mark | None:
+    """The position of `loc`, else of its nearest ancestor in the file (a default value has none)."""
+    for n in range(len(loc), 0, -1):
+        if loc[:n] in positions:
+            return positions[loc[:n]]
+    return None
 
 
 def _known_fields(model: Any, loc: tuple[Any, ...]) -> list[str]:
@@ -77,57 +101,103 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     )
 
 
-def parse_matrix(text: str, filename: str = DEFAULT_MATRIX) -> Matrix:
-    """Parse and validate matrix text; every problem becomes a ConfigurationError naming file:line:col."""
+def parse_matrix(text: str, filename: str = DEFAULT_MATRIX, limits: Limits = LIMITS) -> Matrix:
+    """Parse and validate matrix text; every problem becomes a ConfigurationError naming file:line:col.
+
+    The document is checked against `limits` (bytes, nesting, aliases, nodes once aliases are expanded)
+    before anything is built from it."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node, data = load_bounded(text, filename, limits)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
-        where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
-        raise ConfigurationError(f"{where}: invalid YAML: {exc.problem}") from None
+        raise ConfigurationError(f"{where(filename, mark)}: invalid YAML: {exc.problem}") from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow (control characters)
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - text.rfind("\n", 0, exc.position)
+        what = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
+        raise ConfigurationError(
+            f"{filename}:{line}:{column}: invalid YAML: unacceptable character {what}: {exc.reason}"
+        ) from None
     if not isinstance(data, dict):
         raise ConfigurationError(
             f"{filename}: expected a mapping at the top level, got {type(data).__name__}"
         )
-    positions: dict[tuple[Any, ...], yaml.Mark] = {}
-    if node is not None:
-        _positions(node, (), positions)
     try:
-        return Matrix.model_validate(data)
+        matrix = Matrix.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors()
-        # an unknown key usually explains a missing one next to it (a typo): report it first
-        err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-        loc = _clean_loc(tuple(err["loc"]))
-        mark = positions.get(loc) or positions.get(loc[:-1]) if loc else None
-        where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
-        if err["type"] == "extra_forbidden":
-            key = str(loc[-1])
-            known = _known_fields(Matrix, loc[:-1])
-            guess = difflib.get_close_matches(key, known, n=1)
-            hint = (
-                f"; did you mean '{guess[0]}'?"
-                if guess
-                else (f"; allowed: {', '.join(known)}" if known else "")
-            )
-            msg = f"{where}: unknown key '{key}' in {_format_loc(loc[:-1])}{hint}"
-        else:
-            reason = err["msg"].removeprefix("Value error, ")
-            msg = f"{where}: {_format_loc(loc)}: {reason}"
-        more = len(exc.errors()) - 1
-        if more:
-            msg += f" (and {more} more problem{'s' if more > 1 else ''})"
-        raise ConfigurationError(msg) from None
+        raise ConfigurationError(_validation_message(exc, node, filename)) from None
+    problem = undeclared_reference(matrix)
+    if problem is not None:
+        loc, message = problem
+        mark = _mark_of(_positions(node), loc) if node is not None else None
+        raise ConfigurationError(f"{where(filename, mark)}: {_format_loc(loc)}: {message}")
+    return matrix
 
 
-def load_matrix(path: str | Path = DEFAULT_MATRIX) -> Matrix:
-    """Load matrix.yaml from disk."""
+def _validation_message(exc: ValidationError, node: yaml.Node | None, filename: str) -> str:
+    """One line for pydantic's errors: the first unknown key (it usually explains a missing one next to it,
+    a typo), else the first error, at its file:line:col."""
+    errors = exc.errors()
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    loc = _clean_loc(tuple(err["loc"]))
+    mark = _mark_of(_positions(node), loc) if node is not None and loc else None
+    at = where(filename, mark)
+    if err["type"] == "extra_forbidden":
+        key = str(loc[-1])
+        known = _known_fields(Matrix, loc[:-1])
+        guess = difflib.get_close_matches(key, known, n=1)
+        hint = (
+            f"; did you mean '{guess[0]}'?" if guess else (f"; allowed: {', '.join(known)}" if known else "")
+        )
+        msg = f"{at}: unknown key '{key}' in {_format_loc(loc[:-1])}{hint}"
+    else:
+        reason = err["msg"].removeprefix("Value error, ")
+        msg = f"{at}: {_format_loc(loc)}: {reason}"
+    more = len(errors) - 1
+    if more:
+        msg += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return msg
+
+
+def undeclared_reference(matrix: Matrix) -> tuple[tuple[Any, ...], str] | None:
+    """(where, why) for the first kernel or profile a target or `defaults` names but the file does not
+    declare, so the error points at the line that names it; None when every name is declared."""
+    declared = {"kernel": list(matrix.kernels), "profile": list(matrix.profiles)}
+    uses: list[tuple[tuple[Any, ...], str, Any]] = []
+    for axis in declared:  # a default matters only where a target's matrix leaves the axis out
+        if any(getattr(t.matrix, axis) is None for t in matrix.targets.values()):
+            uses.append((("defaults", axis), axis, getattr(matrix.defaults, axis)))
+    for name, target in matrix.targets.items():
+        for axis in declared:
+            for i, value in enumerate(getattr(target.matrix, axis) or []):
+                uses.append((("targets", name, "matrix", axis, i), axis, value))
+            for kind in ("include", "exclude"):
+                for i, entry in enumerate(getattr(target, kind)):
+                    uses.append((("targets", name, kind, i, axis), axis, getattr(entry, axis)))
+    for loc, axis, value in uses:
+        if value is None or value in declared[axis]:
+            continue
+        names = declared[axis]
+        guess = difflib.get_close_matches(str(value), names, n=1)
+        hint = f"; did you mean '{guess[0]}'?" if guess else f"; declared: {', '.join(names)}"
+        return loc, f"{axis} '{value}' is not declared under '{axis}s'{hint}"
+    return None
+
+
+def load_matrix(path: str | Path = DEFAULT_MATRIX, limits: Limits = LIMITS) -> Matrix:
+    """Load matrix.yaml from disk (a file over `limits.max_bytes` is refused before it is read)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open("rb") as fh:
+            check_size(os.fstat(fh.fileno()).st_size, str(p), limits)
+            raw = fh.read(limits.max_bytes + 1)
     except FileNotFoundError:
         raise ConfigurationError(f"{p}: no such matrix file (pass --matrix PATH)") from None
     except OSError as exc:
         raise ConfigurationError(f"{p}: cannot read: {exc.strerror}") from None
-    return parse_matrix(text, str(p))
+    check_size(len(raw), str(p), limits)  # a pipe or a file that grew while it was read
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(f"{p}: not UTF-8 text (byte {exc.start})") from None
+    return parse_matrix(text, str(p), limits)

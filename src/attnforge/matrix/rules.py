@@ -65,9 +65,32 @@ def _kernel_known(v: Verdict, data: CompatData) -> None:
         _fail(v, "kernel-known", f"{c.kernel} {c.kernel_version} has no compat row (known: {known})")
 
 
+@rule("torch-python")
+def _torch_python(v: Verdict, data: CompatData) -> None:
+    t = data.torch_release(v.cell.torch)
+    if t is None:  # a torch older than the tables: the Python's first torch may still rule it out
+        py = data.python_release(v.cell.python)
+        if py and parse_version(v.cell.torch) < parse_version(py.first_torch):
+            _fail(
+                v,
+                "torch-python",
+                f"torch {v.cell.torch} has no wheels for Python {v.cell.python} (the first torch with "
+                f"Python {v.cell.python} wheels is {py.first_torch})",
+                py.source,
+            )
+        return
+    if v.cell.python not in t.python:
+        _fail(
+            v,
+            "torch-python",
+            f"torch {t.family} has no wheels for Python {v.cell.python} (it ships {', '.join(t.python)})",
+            t.source,
+        )
+
+
 @rule("torch-known")
 def _torch_known(v: Verdict, data: CompatData) -> None:
-    if data.torch_release(v.cell.torch) is None:
+    if data.torch_release(v.cell.torch) is None and not any(p.rule == "torch-python" for p in v.problems):
         known = ", ".join(t.family for t in data.torch)
         _fail(v, "torch-known", f"torch {v.cell.torch} is not in the compat data (known: {known})")
 
@@ -78,18 +101,6 @@ def _toolkit_known(v: Verdict, data: CompatData) -> None:
     row = data.cuda_toolkit(tk.version) if tk.kind == "cuda" else data.rocm_release(tk.version)
     if row is None:
         _fail(v, "toolkit-known", f"{tk} is not in the compat data")
-
-
-@rule("torch-python")
-def _torch_python(v: Verdict, data: CompatData) -> None:
-    t = data.torch_release(v.cell.torch)
-    if t and v.cell.python not in t.python:
-        _fail(
-            v,
-            "torch-python",
-            f"torch {t.family} has no wheels for Python {v.cell.python} (it ships {', '.join(t.python)})",
-            t.source,
-        )
 
 
 @rule("torch-abi")
@@ -219,7 +230,7 @@ def _kernel_requirements(v: Verdict, data: CompatData) -> None:
         elif k.recommended_cuda and parse_version(c.toolkit.version) < parse_version(k.recommended_cuda):
             v.notes.append(f"{c.kernel} {k.version}: upstream recommends CUDA >= {k.recommended_cuda}")
         _kernel_arches(v, k)
-        low = [a for a in c.arches if arch_number(a) < arch_number(k.min_arch)]
+        low = [a for a in c.arches if a.startswith("sm_") and arch_number(a) < arch_number(k.min_arch)]
         if low:
             _fail(
                 v,
@@ -238,7 +249,7 @@ def _kernel_arches(v: Verdict, k: KernelRelease) -> None:
     """A kernel that compiles a fixed set of arches (FA3: sm_90a always, sm_80 optionally)."""
     c = v.cell
     if k.arches:
-        other = [a for a in c.arches if a not in k.arches]
+        other = [a for a in c.arches if a not in k.arches and a.startswith("sm_")]
         if other:
             _fail(
                 v,

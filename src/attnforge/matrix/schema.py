@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -45,7 +47,7 @@ Dtype = Literal["fp16", "bf16", "fp8"]  # kernels.json `dtypes` of all kernels (
 class Strict(BaseModel):
     """Base: unknown keys are errors (the loader turns them into a 'did you mean')."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class SourceSpec(Strict):
@@ -225,25 +227,99 @@ class TargetSpec(Strict):
     )
 
 
+def _count_or_auto(value: Any, least: int) -> Any:
+    """A whole number >= `least`, or "auto"; YAML's true/false and fractions are refused, not converted."""
+    if value == "auto" and isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"must be a whole number >= {least} or 'auto' (got {value!r})")
+    return value
+
+
+def _amount(value: Any, *, positive: bool, auto: bool) -> Any:
+    """A finite number (> 0 when `positive`, else >= 0), or "auto" when allowed."""
+    if auto and value == "auto" and isinstance(value, str):
+        return value
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        either = " or 'auto'" if auto else ""
+        raise ValueError(f"must be a number {bound}{either} (got {value!r})")
+    return value
+
+
 class ResourcesSpec(Strict):
     """Build parallelism. `auto` = chosen from cores and memory available to the build (cgroups included)."""
 
-    max_jobs: int | Literal["auto"] = "auto"
-    nvcc_threads: int | Literal["auto"] = "auto"
+    max_jobs: int | Literal["auto"] = Field("auto", description="parallel compile jobs: >= 1 or auto")
+    nvcc_threads: int | Literal["auto"] = Field("auto", description="nvcc --threads per job: >= 1 or auto")
     memory_per_job_gb: float | Literal["auto"] = Field(
-        "auto", description="peak memory of one compile job; auto = measured table per toolkit/profile"
+        "auto", description="peak memory of one compile job (> 0); auto = measured table per toolkit/profile"
     )
-    reserve_memory_gb: float = Field(2.0, description="memory kept free for the system (never swap-thrash)")
-    parallel_cells: int | Literal["auto"] = "auto"
+    reserve_memory_gb: float = Field(
+        2.0, description="memory kept free for the system (>= 0; never swap-thrash)"
+    )
+    parallel_cells: int | Literal["auto"] = Field("auto", description="cells built at once: >= 1 or auto")
+
+    @field_validator("max_jobs", "nvcc_threads", "parallel_cells", mode="before")
+    @classmethod
+    def _counts(cls, v: Any) -> Any:
+        return _count_or_auto(v, 1)
+
+    @field_validator("memory_per_job_gb", mode="before")
+    @classmethod
+    def _job_memory(cls, v: Any) -> Any:
+        return _amount(v, positive=True, auto=True)
+
+    @field_validator("reserve_memory_gb", mode="before")
+    @classmethod
+    def _reserve(cls, v: Any) -> Any:
+        return _amount(v, positive=False, auto=False)
+
+
+PIP_CREDENTIALS_HINT = (
+    "carries credentials: take them out of the URL and put them in a netrc file "
+    "(`machine HOST login USER password PASSWORD`, mode 600) named by build.pip.netrc; pip reads it inside "
+    "the build, so no command line, spec.json, log or image layer holds them"
+)
+
+
+def _credentialed(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return bool(parts.username or parts.password)
 
 
 class PipSpec(Strict):
-    """pip options for installing torch inside builds; local file:// paths are mounted read-only."""
+    """pip options for installing torch inside builds; local file:// paths are mounted read-only. Index URLs
+    carry no credentials: a netrc file (`netrc`) does."""
 
     inherit_host_config: bool = Field(True, description="use this machine's pip index/find-links/constraints")
     index_url: str | None = None
     extra_index_urls: list[str] = Field(default_factory=list)
     find_links: list[str] = Field(default_factory=list)
+    netrc: str | None = Field(
+        None,
+        description="a netrc file with the indexes' credentials (relative to matrix.yaml; ~ and ${VAR} "
+        "expanded), handed to pip inside builds as a file, never in a URL",
+    )
+
+    @field_validator("index_url")
+    @classmethod
+    def _index(cls, v: str | None) -> str | None:
+        if v is not None and _credentialed(v):
+            raise ValueError(f"the URL {PIP_CREDENTIALS_HINT}")  # never the URL itself: it holds the secret
+        return v
+
+    @field_validator("extra_index_urls", "find_links")
+    @classmethod
+    def _urls(cls, v: list[str]) -> list[str]:
+        for i, url in enumerate(v):
+            if _credentialed(url):
+                raise ValueError(f"entry {i} {PIP_CREDENTIALS_HINT}")
+        return v
 
 
 class BuildSpec(Strict):
@@ -266,6 +342,19 @@ class BuildSpec(Strict):
     pip: PipSpec = PipSpec()
 
 
+class SigningSpec(Strict):
+    """The site's signing key and the keys whose records publish trusts (docs/records.md)."""
+
+    key: str | None = Field(
+        None,
+        description="ed25519 private key (PEM) that signs build and parity records; $ATTNFORGE_SIGNING_KEY wins",
+    )
+    trusted_keys: list[str] = Field(
+        default_factory=list,
+        description="public keys (PEM) whose records publish accepts; empty: the signing key's own",
+    )
+
+
 class Matrix(Strict):
     """The whole matrix.yaml."""
 
@@ -276,6 +365,7 @@ class Matrix(Strict):
     targets: dict[str, TargetSpec]
     build: BuildSpec = BuildSpec()
     destinations: dict[str, Destination] = Field(default_factory=dict)
+    signing: SigningSpec = SigningSpec()
     flex: dict[str, Any] = Field(
         default_factory=dict, description="FlexAttention cache variants (see docs/flex.md)"
     )

@@ -9,13 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from attnforge.engine.env_probe import nvidia_driver
 from attnforge.parity import cases as C
 from attnforge.parity import profile as P
 from attnforge.parity.parity_report import FAILED, SKIPPED, Report, Result
@@ -37,24 +36,6 @@ def device_name() -> str:
         return "cpu (no CUDA device)"
     p = torch.cuda.get_device_properties(0)
     return f"{p.name} (sm_{p.major}{p.minor}, {p.total_memory / 2**30:.0f} GiB)"
-
-
-def driver_version() -> str | None:
-    """The NVIDIA driver's version (nvidia-smi), recorded beside a parity verdict; None without one."""
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return None
-    try:
-        out = subprocess.run(
-            [exe, "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.strip().splitlines()[0].strip() if out.strip() else None
 
 
 def installed_flash_attn() -> tuple[Any, str | None, str]:
@@ -294,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             wheel_passed(report),
             report.device,
             args.report_path or str(paths["json"]),
-            driver=driver_version(),
+            driver=(nvidia_driver() or {}).get("driver"),
         )
         print(f"parity: recorded in {args.manifest}")
     print(json.dumps({"passed": s["passed"], "failed": s["failed"], "skipped": s["skipped"]}))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -103,7 +104,7 @@ def pytest_generate_tests(metafunc: Any) -> None:
     spec = _spec()
     if spec["kernel"] != "flash-attn":
         return
-    keep = {
+    keep: dict[str, Callable[[Any], bool]] = {
         "d": lambda d: fa2_kernel_dim(d) in spec["head_dims"],
         "dtype": lambda t: DTYPE_NAMES.get(str(t), str(t)) in spec["dtypes"],
     }

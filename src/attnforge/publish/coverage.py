@@ -2,8 +2,9 @@
 Python columns, each cell saying what exists for it.
 
 States, from what the index holds (its records and the manifest beside each wheel) and what the matrix plans
-(`coverage_plan`): `parity-passed` (GPU, driver, date and report from the manifest's parity record), `built`
-(published without a passed parity run), `yanked` (with its reason), `not-built` (a valid cell of the plan with
+(`coverage_plan`): `parity-passed` (the signed parity record passed when the wheel was published, the index
+record's `parity: passed`; GPU, driver, date and report from the manifest's parity record), `built`
+(published without a passed, signed parity run), `yanked` (with its reason), `not-built` (a valid cell of the plan with
 no wheel here) and `refused` (the plan's rules and their reasons). A stable-ABI (abi3) wheel serves a range of
 torch releases and Pythons: it is one row (`torch >= floor`) whose one cell spans the Python columns.
 
@@ -53,6 +54,7 @@ class Parity:
     driver: str | None
     date: str
     report: str
+    signed: bool = True  # False: the manifest says passed; publish found no signed parity record saying so
 
 
 @dataclass
@@ -214,11 +216,16 @@ def _parity(manifest: dict[str, Any]) -> Parity | None:
 
 
 def published_entry(record: FileRecord, manifest: dict[str, Any]) -> Entry:
-    """A published wheel's entry: its state, its parity record, and the commands that install it."""
+    """A published wheel's entry: its state, its parity record, and the commands that install it.
+
+    Parity passed only where publish found a signed parity record that passed (`record.parity`); the
+    manifest's own `parity` (not signed) gives the details shown."""
     parity = _parity(manifest)
+    if parity is not None and parity.passed and record.parity != "passed":
+        parity.signed = False
     if record.yanked is not None:
         state = "yanked"
-    elif parity is not None and parity.passed:
+    elif parity is not None and parity.passed and parity.signed:
         state = "parity-passed"
     else:
         state = "built"

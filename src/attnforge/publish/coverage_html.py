@@ -17,7 +17,7 @@ from attnforge.publish.coverage import INDEX_URL, STATE_LABELS, STATES, Entry, R
 
 STATE_HELP = {
     "parity-passed": "published, and the GPU parity suite passed on the device named",
-    "built": "published, without a passed GPU parity run",
+    "built": "published, without a passed, signed GPU parity run",
     "yanked": "withdrawn (PEP 592): pip skips it unless pinned exactly, then warns with the reason",
     "not-built": "a valid cell of the matrix with no wheel in this index yet",
     "refused": "the matrix names it, but a compatibility rule refuses it (the reason is given)",
@@ -58,6 +58,8 @@ def _entry(e: Entry) -> str:
     if e.parity is not None:
         p = e.parity
         verdict = "passed" if p.passed else "FAILED"
+        if not p.signed:
+            verdict += " (says the manifest: no signed parity record)"
         driver = f", driver {_e(p.driver)}" if p.driver else ", driver not recorded"
         report = f"; report: {_link(p.report, p.report)}" if p.report else ""
         parts.append(

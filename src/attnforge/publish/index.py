@@ -11,6 +11,8 @@ Layout of a destination path (e.g. `wheels/index`), a symlink to the current gen
         <variant>/simple/<project>/<wheel>          the wheel (hard links: one copy on disk)
         <variant>/simple/<project>/<wheel>.metadata its core metadata (PEP 658)
         <variant>/simple/<project>/<wheel>.manifest.json
+        <variant>/simple/<project>/<wheel>.provenance.intoto.json|.parity.intoto.json|.cdx.json
+                                                    its signed records and SBOM (docs/records.md)
         all/simple/...                              every variant together
 
 A publish builds a new generation beside the current one (hard-linking the files it keeps), then
@@ -43,6 +45,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from attnforge.core.errors import ConfigurationError, PublishError
 from attnforge.wheels.manifest import dumps
+from attnforge.wheels.records import RECORD_SUFFIXES
 
 MARKER = "attnforge-index.json"
 ALL = "all"
@@ -59,6 +62,8 @@ class Bundle:
     wheel: Path
     manifest: dict[str, Any]
     gate: str = "not-required"  # parity gate outcome: passed | not-required | skipped
+    signed: str = "unsigned"  # the key id (16 hex) its provenance verified with, or "unsigned"
+    records: list[Path] = field(default_factory=list)  # signed records and SBOM, served beside the wheel
 
     @property
     def filename(self) -> str:
@@ -436,10 +441,11 @@ class StaticIndex:
         suffixes = ("", ".metadata", ".manifest.json")
         for rec in records.values():
             assert current is not None
-            for sfx in suffixes:
+            for sfx in (*suffixes, *RECORD_SUFFIXES):
                 for v in (rec.variant, ALL):
                     rel = Path(v, "simple", rec.project, rec.filename + sfx)
-                    _link_or_copy(current / rel, gen / rel)
+                    if sfx in suffixes or (current / rel).is_file():
+                        _link_or_copy(current / rel, gen / rel)
         for b in bundles:
             variant = b.variant
             if variant == ALL or "/" in variant or variant.startswith("."):
@@ -449,7 +455,10 @@ class StaticIndex:
             metadata = core_metadata(home / b.filename)
             _write(home / (b.filename + ".metadata"), metadata)
             _write(home / (b.filename + ".manifest.json"), dumps(b.manifest).encode("utf-8"))
-            for sfx in suffixes:
+            kept = [p.name.removeprefix(b.filename) for p in b.records if p.name.startswith(b.filename)]
+            for record in b.records:
+                _write(home / record.name, record.read_bytes())
+            for sfx in (*suffixes, *kept):
                 _link_or_copy(
                     home / (b.filename + sfx), gen / ALL / "simple" / b.project / (b.filename + sfx)
                 )

@@ -4,10 +4,15 @@ Each index folder holds `index.html` (PEP 503) and `index.json` (PEP 691); a req
 the one the client prefers: pip sends `application/vnd.pypi.simple.v1+json, ...+html;q=0.1,
 text/html;q=0.01` and receives JSON; a browser or an old client receives HTML. `?format=<type>`
 overrides Accept (PEP 691's optional query parameter). Everything else is served as plain files.
+
+Only what lies inside the index is served: a path whose real location (symlinks followed) leaves the
+index's root gets 404, as does a folder listing. `make_server` serves only a folder that is an attnforge
+index (it holds `attnforge-index.json`), and says in one line why it cannot listen.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import Callable
@@ -18,7 +23,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from attnforge.publish.index import HTML_TYPE, JSON_TYPE
+from attnforge.core.errors import ConfigurationError, EnvironmentProblem
+from attnforge.publish.index import HTML_TYPE, JSON_TYPE, MARKER
 
 # (media type a client may ask for, file served, Content-Type answered), in the server's preference
 _CHOICES: list[tuple[str, str, str]] = [
@@ -84,9 +90,19 @@ class IndexHandler(SimpleHTTPRequestHandler):
     server_version = "attnforge-index"
     log_sink: Callable[[str], None] = staticmethod(lambda m: print(m, file=sys.stderr, flush=True))
 
+    def inside_root(self, local: Path) -> bool:
+        """Whether `local`, symlinks followed, is the index root or lies under it (the root itself is
+        resolved per request: a publish swaps the generation it points to)."""
+        root = os.path.realpath(self.directory)
+        real = os.path.realpath(local)
+        return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
     def send_head(self) -> Any:
         parts = urlsplit(self.path)
         local = Path(self.translate_path(parts.path))
+        if not self.inside_root(local):
+            self.send_error(HTTPStatus.NOT_FOUND, "not found")
+            return None
         if parts.path.endswith("/") and local.is_dir():
             available = {n for n in ("index.json", "index.html") if (local / n).is_file()}
             if "index.json" in available:
@@ -103,6 +119,9 @@ class IndexHandler(SimpleHTTPRequestHandler):
         return super().send_head()
 
     def _send_file(self, path: Path, content_type: str) -> Any:
+        if not self.inside_root(path):
+            self.send_error(HTTPStatus.NOT_FOUND, "not found")
+            return None
         try:
             fh = path.open("rb")
         except OSError:
@@ -127,9 +146,34 @@ class IndexHandler(SimpleHTTPRequestHandler):
         return None
 
 
+def index_root(directory: Path) -> Path:
+    """`directory` when it is an attnforge index (it holds the marker a publish writes); ConfigurationError
+    naming it otherwise, so `serve /etc` serves nothing."""
+    if not directory.is_dir():
+        raise ConfigurationError(f"{directory}: no index there", hint="attnforge publish --to local")
+    if not (directory / MARKER).is_file():
+        raise ConfigurationError(
+            f"{directory} is not an attnforge index (no {MARKER}): serve the folder `attnforge publish` writes",
+            hint="attnforge publish --to local",
+        )
+    return directory
+
+
 def make_server(directory: Path, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
-    """A threaded server for `directory` (a path, followed per request, so a swapped index is seen)."""
+    """A threaded server for `directory` (a path, followed per request, so a swapped index is seen).
+
+    EnvironmentProblem (exit 5) in one line when it cannot listen: the port in use, not allowed, or an
+    address this machine does not have."""
     handler = partial(IndexHandler, directory=os.fspath(directory))
-    server = ThreadingHTTPServer((host, port), handler)
+    try:
+        server = ThreadingHTTPServer((host, port), handler)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            why = "the port is in use (another server?): pass --port N, or --port 0 for any free port"
+        elif exc.errno == errno.EACCES:
+            why = "not allowed to listen there (ports below 1024 need privileges): pass --port N above 1023"
+        else:
+            why = exc.strerror or str(exc)
+        raise EnvironmentProblem(f"cannot serve on {host}:{port}: {why}") from None
     server.daemon_threads = True
     return server

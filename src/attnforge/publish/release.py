@@ -1,10 +1,12 @@
 """`attnforge publish --to NAME`: finalized wheels to a static index or an index server, behind gates.
 
 Gates, in order, before anything is written: every wheel has its manifest and matches it byte for
-byte; the destination's parity rule (`require_parity: true` needs `parity.passed == true`, unless
-`--skip-parity-gate`, which is logged loudly and recorded); no file name or version slot already
-published with other bytes (identical bytes are a no-op). A static index gets the coverage page at its root
-(`publish.coverage`), with the plan of the matrix next to which the publish runs.
+byte; the wheel's own names (file name, METADATA) agree with the manifest (`wheels.wheel_claims`); its
+signed build provenance and SBOM hold (`record_gate`; none at all only with `--allow-unsigned`); the
+destination's parity rule (`require_parity: true` needs a signed parity record about these bytes that
+says passed, unless `--skip-parity-gate`, which is logged loudly and recorded); no file name or version
+slot already published with other bytes (identical bytes are a no-op). A static index gets the coverage
+page at its root (`publish.coverage`), with the plan of the matrix next to which the publish runs.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ from attnforge.matrix.project import Project
 from attnforge.publish.coverage import CoveragePage
 from attnforge.publish.coverage_plan import PlanSnapshot
 from attnforge.publish.index import Bundle, PublishReport, StaticIndex, check_conflicts
+from attnforge.publish.record_gate import check_build_records, parity_verdicts
+from attnforge.wheels import wheel_claims
 from attnforge.wheels.manifest import MANIFEST_SUFFIX, check_matches_wheel, manifest_path_for, read_manifest
+from attnforge.wheels.signing_keys import TrustedKey
 
 Log = Callable[[str], None]
 
@@ -44,6 +49,7 @@ def _bundle(wheel: Path) -> Bundle:
     check_matches_wheel(wheel, data)
     if not data.get("variant"):
         raise PublishError(f"{wheel.name}: manifest has no variant")
+    wheel_claims.check(wheel, data)
     return Bundle(wheel=wheel, manifest=data)
 
 
@@ -51,6 +57,7 @@ def collect_bundles(sources: Iterable[Path], exclude: Sequence[Path] = ()) -> li
     """Wheels named directly, or found under folders (skipping hidden folders and the index itself)."""
     skip = [Path(os.path.abspath(p)) for p in exclude]
     wheels: list[Path] = []
+    unfinalized: list[Path] = []  # wheels found without a manifest beside them
     for src in sources:
         if src.is_file():
             wheels.append(src)
@@ -63,8 +70,9 @@ def collect_bundles(sources: Iterable[Path], exclude: Sequence[Path] = ()) -> li
                 d for d in dirs if not d.startswith(".") and not any((here / d) == s for s in skip)
             )
             for f in sorted(files):
-                if f.endswith(".whl") and (here / (f + MANIFEST_SUFFIX)).is_file():
-                    wheels.append(here / f)
+                if f.endswith(".whl"):
+                    finalized = (here / (f + MANIFEST_SUFFIX)).is_file()
+                    (wheels if finalized else unfinalized).append(here / f)
     seen: set[Path] = set()
     bundles = []
     for w in wheels:
@@ -73,7 +81,15 @@ def collect_bundles(sources: Iterable[Path], exclude: Sequence[Path] = ()) -> li
             seen.add(key)
             bundles.append(_bundle(w))
     if not bundles:
-        raise PublishError("no finalized wheels found in " + ", ".join(str(s) for s in sources))
+        where = ", ".join(str(s) for s in sources)
+        if unfinalized:
+            names = ", ".join(w.name for w in unfinalized[:3]) + (" ..." if len(unfinalized) > 3 else "")
+            raise PublishError(
+                f"no finalized wheels found in {where}: {names} ha{'s' if len(unfinalized) == 1 else 've'} no "
+                f"manifest (<wheel>{MANIFEST_SUFFIX}) beside it; finalize first: "
+                f"attnforge wheels finalize {unfinalized[0]}"
+            )
+        raise PublishError(f"no finalized wheels found in {where}")
     return bundles
 
 
@@ -121,28 +137,30 @@ def apply_parity_gate(
     skip: bool,
     log: Log,
     warn: Log | None = None,
+    trusted: Sequence[TrustedKey] = (),
 ) -> None:
-    """Mark each bundle's gate outcome; refuse the whole publish when one fails and the gate is on.
+    """Mark each bundle's gate outcome from its signed parity record (`record_gate.parity_verdicts`);
+    refuse the whole publish when one fails and the gate is on.
 
     Skipping a failing gate is announced through `warn` (default: `log`), which the CLI shows loudly."""
     failing = []
+    verdicts = parity_verdicts(bundles, trusted)
     for b in bundles:
-        parity = b.manifest.get("parity") or {}
-        passed = isinstance(parity, dict) and parity.get("passed") is True
-        if passed:
+        if dest.require_parity and verdicts.get(b.filename, "") is None:
             b.gate = "passed"
         elif dest.require_parity:
             failing.append(b)
             b.gate = "skipped"
         else:
-            b.gate = "not-required"
+            b.gate = "passed" if verdicts.get(b.filename, "") is None else "not-required"
     if not failing:
         return
     names = ", ".join(b.filename for b in failing)
     if not skip:
+        reasons = "; ".join(str(verdicts[b.filename]) for b in failing)
         raise PublishError(
-            f"destination '{label}' requires a passed GPU parity run; without one: {names}; nothing was published",
-            hint="run the parity tests on a GPU (they write parity into the manifest), or --skip-parity-gate",
+            f"destination '{label}' requires a passed GPU parity run, signed: {reasons}; nothing was published",
+            hint="run `attnforge parity run --wheel WHEEL` on a GPU (it signs the outcome), or --skip-parity-gate",
         )
     say = warn or log
     banner = "!" * 78
@@ -165,10 +183,14 @@ def publish(
     log: Log = _echo,
     warn: Log | None = None,
     plan: PlanSnapshot | None = None,
+    trusted: Sequence[TrustedKey] = (),
+    allow_unsigned: bool = False,
 ) -> PublishReport:
     """Publish finalized wheels to one destination (see the module docstring); `warn` as in
-    `apply_parity_gate`; `plan` is what the coverage page of a static index shows as planned."""
-    apply_parity_gate(bundles, dest, label, skip_parity_gate, log, warn)
+    `apply_parity_gate`; `plan` is what the coverage page of a static index shows as planned; `trusted`:
+    the keys records are accepted from (`signing_keys.trusted_keys`)."""
+    check_build_records(bundles, trusted, allow_unsigned, log, warn or log)
+    apply_parity_gate(bundles, dest, label, skip_parity_gate, log, warn, trusted)
     if dest.kind == "static":
         index = open_static(dest, base, plan)
         if dry_run:

@@ -62,8 +62,9 @@ class ServerPublisher:
             self.session.auth = (creds.username, creds.password)
 
     def _fail(self, message: str, exc: BaseException | None = None) -> PublishError:
-        detail = f": {redact(str(exc), self.creds.secrets())}" if exc is not None else ""
-        return PublishError(redact(message, self.creds.secrets()) + detail)
+        secrets, user = self.creds.secrets(), self.creds.username
+        detail = f": {redact(str(exc), secrets, user)}" if exc is not None else ""
+        return PublishError(redact(message, secrets, user) + detail)
 
     def existing(self, project: str) -> dict[str, str]:
         """filename -> sha256 of what the server lists for `project` ({} when it has none)."""

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import click
 
-from attnforge.core.errors import EnvironmentProblem
+from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.core.kernels import KERNELS
+from attnforge.matrix.project import Project
 
 _STYLE = {"ok": "green", "fail": "red", "warn": "yellow", "skip": "blue"}
 
@@ -27,18 +29,59 @@ _STYLE = {"ok": "green", "fail": "red", "warn": "yellow", "skip": "blue"}
     "--index-url",
     default=lambda: os.environ.get("ATTNFORGE_INDEX_URL"),
     show_default="$ATTNFORGE_INDEX_URL",
-    help="Also warn when the installed wheel was yanked from this attnforge index since (no index: no check).",
+    help=(
+        "The attnforge index the wheel came from (root, folder or simple/ URL): warn when the installed "
+        "wheel was yanked there since, and with --verify check its signed records (no index: no check)."
+    ),
 )
-def command(python: str | None, as_json: bool, kernel: str, index_url: str | None) -> None:
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Also check the installed wheel against its signed records in the index (--index-url).",
+)
+@click.option(
+    "--trusted-key",
+    "trusted_key",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="With --verify: a public key (PEM) records may be signed with. Repeatable.",
+)
+@click.pass_obj
+def command(
+    project: Project,
+    python: str | None,
+    as_json: bool,
+    kernel: str,
+    index_url: str | None,
+    verify: bool,
+    trusted_key: tuple[Path, ...],
+) -> None:
     """Load the kernel's extension (flash_attn_2_cuda, FA3's flash_attn_interface) and compare the wheel's
-    recorded build with this environment.
+    recorded build with this environment; with --verify, check the installed files against the signed
+    wheel the index offers (docs/records.md).
 
-    Exit 5 when a check fails (torch or ABI mismatch, extension not loading, GPU arch not compiled);
-    a yanked wheel is a warning.
+    Exit 5 when a check fails (torch or ABI mismatch, extension not loading, GPU arch not compiled, a record
+    or an installed file that does not match); a yanked wheel is a warning.
     """
-    from attnforge.client.doctor import run_doctor
+    from attnforge.client.doctor import Check, run_doctor
 
+    if verify and not index_url:
+        raise ConfigurationError(
+            "--verify needs the index the wheel came from: --index-url or $ATTNFORGE_INDEX_URL"
+        )
     data, checks = run_doctor(python, kernel, index_url)
+    if verify and index_url:
+        from attnforge.client.record_check import verify_installed
+        from attnforge.core.errors import RecordRefused
+        from attnforge.wheels.signing_keys import project_signing, trusted_keys
+
+        try:
+            lines = verify_installed(
+                python, index_url, kernel, trusted_keys(project_signing(project), trusted_key)
+            )
+            checks += [Check(f"records: {x.name}", x.status, x.detail) for x in lines]
+        except RecordRefused as exc:
+            checks.append(Check("records", "fail", str(exc)))
     if as_json:
         click.echo(json.dumps({"probe": data, "checks": [c.__dict__ for c in checks]}, indent=2))
     else:

@@ -182,6 +182,7 @@ def build_cmd(project: Project, /, **options: Any) -> None:
         dry_run_lines,
         gather_requests,
         ngc_source,
+        pip_netrc_of,
         pip_options_of,
         prepare_ngc_bases,
         wheels_dir_of,
@@ -215,10 +216,10 @@ def build_cmd(project: Project, /, **options: Any) -> None:
     ca = ca_bundle_of(project, o.ca_bundle, o.no_ca_bundle, _log)
     pip_options = pip_options_of(project, not o.no_host_pip, _log)
     pip_plan = plan_pip(torch_index=o.torch_index, options=pip_options, extra_index_urls=list(o.extra_index))
+    netrc_file = pip_netrc_of(pip_options, o.netrc)  # kept for the command: its private copy goes with it
+    netrc = netrc_file.path()  # the BuildKit secret pip_netrc
     if o.dry_run:
-        lines = dry_run_lines(
-            requests, repository=o.repository, pip_plan=pip_plan, ca_bundle=ca, netrc=o.netrc
-        )
+        lines = dry_run_lines(requests, repository=o.repository, pip_plan=pip_plan, ca_bundle=ca, netrc=netrc)
         for line in lines:
             click.echo(line)
         return
@@ -230,7 +231,7 @@ def build_cmd(project: Project, /, **options: Any) -> None:
         standin=o.ngc_standin,
         pip_plan=pip_plan,
         ca_bundle=ca,
-        netrc=o.netrc,
+        netrc=netrc,
         standin_torch=o.standin_torch,
         log=_log,
     )
@@ -238,7 +239,7 @@ def build_cmd(project: Project, /, **options: Any) -> None:
         repository=o.repository,
         out_dir=wheels_dir,
         ca_bundle=ca,
-        netrc=o.netrc,
+        netrc=netrc,
         torch_index=o.torch_index,
         extra_index_urls=list(o.extra_index),
         pip_options=pip_options,
@@ -366,15 +367,18 @@ def standin_cmd(
     force: bool,
 ) -> None:
     """Make attnforge-standin/ngc-pytorch:RELEASE, a local stand-in for nvcr.io/nvidia/pytorch:RELEASE-py3."""
-    from attnforge.images.build_inputs import ca_bundle_of, pip_options_of
+    from attnforge.images.build_inputs import ca_bundle_of, pip_netrc_of, pip_options_of
     from attnforge.images.pipplan import plan_pip
     from attnforge.images.standin import ensure_standin
 
-    plan = plan_pip(torch_index=torch_index, options=pip_options_of(project, True, _log))
+    options = pip_options_of(project, True, _log)
+    plan = plan_pip(torch_index=torch_index, options=options)
+    netrc_file = pip_netrc_of(options, None)  # kept for the command: its private copy goes with it
     res = ensure_standin(
         release,
         plan=plan,
         ca_bundle=ca_bundle_of(project, None, False, _log),
+        netrc=netrc_file.path(),
         torch_requirement=torch_req,
         bundled_flash_attn=bundled,
         torch_version_as=torch_version_as,

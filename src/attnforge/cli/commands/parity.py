@@ -134,6 +134,8 @@ def run(
         cmd += ["--wheel", wheel.name]
     if manifest is not None:
         cmd += ["--manifest", str(manifest)] + (["--record"] if record else [])
+    results = out / f"{stem}.results.json"
+    cmd += ["--save-results", str(results)]
     if quick:
         cmd.append("--quick")
     if upstream_tests is not None:
@@ -150,12 +152,26 @@ def run(
     finally:
         if tmp is not None:
             tmp.cleanup()
+    if wheel is not None and record and code in (0, 6) and (out / f"{stem}.json").is_file():
+        _sign(project, wheel, out / f"{stem}.json", results)
     if code == 5:
         raise EnvironmentProblem(
             "no CUDA GPU visible: every parity case was skipped", hint=f"see {out}/{stem}.md"
         )
     if code != 0:
         raise TestFailure(f"parity failed (runner exit {code})", hint=f"see {out}/{stem}.md")
+
+
+def _sign(project: Project, wheel: Path, report: Path, results: Path | None, ref: str | None = None) -> None:
+    """Sign the run's outcome about the wheel's bytes (`<wheel>.parity.intoto.json`, docs/records.md)."""
+    from attnforge.parity.parity_statement import sign_run
+    from attnforge.wheels.signing_keys import project_signing, short, signing_key
+
+    key = signing_key(project_signing(project), log=lambda m: click.echo(m, err=True))
+    assert key is not None
+    path, pred = sign_run(wheel, report, key, results, ref)
+    verdict = "passed" if pred["passed"] else "FAILED"
+    click.echo(f"parity: {verdict}, signed by {short(key.keyid)} in {path}", err=True)
 
 
 @command.command("record")
@@ -168,12 +184,25 @@ def run(
     help="The parity.json of the run.",
 )
 @click.option("--report-ref", help="Path recorded in the manifest (default: the --report path as given).")
-def record(manifest: Path, report: Path, report_ref: str | None) -> None:
-    """Record a parity.json's outcome in a wheel's manifest (`parity: {passed, device, report, date}`)."""
-    from attnforge.wheels.manifest import record_from_report
+@click.option(
+    "--results",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The run's per-case results (`parity run` writes STEM.results.json): suites and the wheel's verdict.",
+)
+@click.pass_obj
+def record(
+    project: Project, manifest: Path, report: Path, report_ref: str | None, results: Path | None
+) -> None:
+    """Record a parity.json's outcome in a wheel's manifest (`parity: {passed, device, report, date}`) and
+    sign it about the wheel beside the manifest (`<wheel>.parity.intoto.json`)."""
+    from attnforge.wheels.manifest import MANIFEST_SUFFIX, record_from_report
 
     data = record_from_report(manifest, report, report_ref)
     p = data["parity"]
     click.echo(
         f"{manifest.name}: parity {'passed' if p['passed'] else 'FAILED'} on {p['device']} ({p['date']})"
     )
+    wheel = manifest.with_name(manifest.name.removesuffix(MANIFEST_SUFFIX))
+    if results is None and report.with_name(report.stem + ".results.json").is_file():
+        results = report.with_name(report.stem + ".results.json")
+    _sign(project, wheel, report, results, report_ref)

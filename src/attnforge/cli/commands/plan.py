@@ -15,24 +15,45 @@ from attnforge.engine.unittimes import UnitTimeTable
 from attnforge.matrix.plan import Plan, span
 from attnforge.matrix.project import Project
 
+# Above this many rows the cells are printed as plain aligned lines: rich lays a 10,000-row table out in ~15 s.
+LARGE_PLAN_ROWS = 300
 
-def render_table(plan: Plan, console: Console, show_invalid: bool = True) -> None:
-    """The human view: one row per cell, then the summary and the invalid cells' reasons."""
-    table = Table(title=f"target '{plan.target}'", show_lines=False)
-    for col in ("cell", "variant", "wheel", "kernel-set", "valid"):
-        table.add_column(col, overflow="fold")
+
+def _rows(plan: Plan, show_invalid: bool) -> list[tuple[tuple[str, str, str, str, str], bool]]:
+    """((cell, variant, wheel, kernel-set, valid), is it valid) for each cell shown."""
+    rows: list[tuple[tuple[str, str, str, str, str], bool]] = []
     for v in plan.verdicts:
         if not v.valid and not show_invalid:
             continue
-        valid = "[green]yes[/]" if v.valid else "[red]no[/]"
-        table.add_row(
-            v.cell.id,
-            v.cell.variant,
-            v.cell.wheel_name if v.valid else "-",
-            v.cell.kernel_set_key if v.valid else "-",
-            f"{valid} (wheel of {v.served_by})" if v.served_by else valid,
-        )
-    console.print(table)
+        valid = "yes" if v.valid else "no"
+        shown = f"{valid} (wheel of {v.served_by})" if v.served_by else valid
+        wheel, key = (v.cell.wheel_name, v.cell.kernel_set_key) if v.valid else ("-", "-")
+        rows.append(((v.cell.id, v.cell.variant, wheel, key, shown), v.valid))
+    return rows
+
+
+def render_table(plan: Plan, console: Console, show_invalid: bool = True) -> None:
+    """The human view: one row per cell, then the summary and the invalid cells' reasons (plain lines, not
+    a rich table, for a plan of more than LARGE_PLAN_ROWS cells)."""
+    columns = ("cell", "variant", "wheel", "kernel-set", "valid")
+    rows = _rows(plan, show_invalid)
+    large = len(rows) > LARGE_PLAN_ROWS
+    if large:
+        widths = [max([len(columns[i]), *(len(r[i]) for r, _ in rows)]) for i in range(len(columns))]
+        lines = [
+            f"target '{plan.target}'",
+            "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
+        ]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r, _ in rows]
+        click.echo("\n".join(lines))
+    else:
+        table = Table(title=f"target '{plan.target}'", show_lines=False)
+        for col in columns:
+            table.add_column(col, overflow="fold")
+        for cells, ok in rows:
+            colour = "green" if ok else "red"
+            table.add_row(*map(escape, cells[:4]), f"[{colour}]{escape(cells[4])}[/]")
+        console.print(table)
     s = plan.summary()
     per_kernel = ", ".join(f"{n} {k}" for k, n in s["wheels_by_kernel"].items()) or "none"
     served = (
@@ -40,20 +61,27 @@ def render_table(plan: Plan, console: Console, show_invalid: bool = True) -> Non
         if s["served_by_another_wheel"]
         else ""
     )
-    console.print(
+    out = [
         f"{s['cells']} cells: {s['valid']} valid, {s['invalid']} invalid; {s['wheels']} wheels: {per_kernel}"
         f"{served}; {s['kernel_sets']} distinct kernel-sets; variants: {', '.join(s['variants']) or '-'}"
-    )
+    ]
     sets = plan.shared_kernels()
     if sets:
-        console.print("kernel sets (the cells of one link the same compiled kernel objects):")
+        out.append("kernel sets (the cells of one link the same compiled kernel objects):")
     for k in sets:
         c = k.cells[0]
         lane = f"{c.toolkit} abi{int(c.cxx11_abi)} {','.join(a.replace('sm_', '') for a in c.arches)} {c.profile}"
-        console.print(f"  {k.key} {lane}: {len(k.cells)} cell(s); {escape(k.why)}", highlight=False)
+        out.append(f"  {k.key} {lane}: {len(k.cells)} cell(s); {k.why}")
     if show_invalid:
-        for v in plan.invalid:
-            console.print(f"[red]invalid[/] {v.cell.id}: {escape('; '.join(v.reasons()))}", highlight=False)
+        out += [f"invalid {v.cell.id}: {'; '.join(v.reasons())}" for v in plan.invalid]
+    if large:
+        click.echo("\n".join(out))
+        return
+    for line in out:
+        if line.startswith("invalid "):
+            console.print(f"[red]invalid[/]{escape(line[len('invalid') :])}", highlight=False)
+        else:
+            console.print(escape(line), highlight=False)
 
 
 def render_cost(cost: PlanCost, console: Console) -> None:

@@ -28,18 +28,37 @@ def _warn(message: str) -> None:
 @click.option(
     "--skip-parity-gate", is_flag=True, help="Publish without a passed GPU parity run (logged loudly)."
 )
+@click.option(
+    "--allow-unsigned",
+    is_flag=True,
+    help="Publish wheels that have no signed build provenance (logged loudly); a bad record is still refused.",
+)
+@click.option(
+    "--trusted-key",
+    "trusted_key",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A public key (PEM) records may be signed with, instead of the configured ones. Repeatable.",
+)
 @click.option("--dry-run", is_flag=True, help="Run every check and say what would be published.")
 @click.argument("sources", nargs=-1, type=click.Path(exists=True, path_type=Path))
 @click.pass_obj
 def command(
-    project: Project, target: str, skip_parity_gate: bool, dry_run: bool, sources: tuple[Path, ...]
+    project: Project,
+    target: str,
+    skip_parity_gate: bool,
+    allow_unsigned: bool,
+    trusted_key: tuple[Path, ...],
+    dry_run: bool,
+    sources: tuple[Path, ...],
 ) -> None:
     """Publish finalized wheels (default: the build output folder) to a destination, all or nothing.
 
-    Re-publishing a file with other bytes is refused (exit 7); identical bytes are a no-op.
-    A destination with `require_parity: true` takes only wheels whose manifest says parity passed.
-    A static index gets a coverage page at its root (index.html): every planned cell of matrix.yaml
-    and what the index holds for it.
+    Each wheel must agree with its manifest and carry a signed build provenance from a trusted key
+    (docs/records.md). Re-publishing a file with other bytes is refused (exit 7); identical bytes are a
+    no-op. A destination with `require_parity: true` takes only wheels with a signed parity record that
+    says passed. A static index gets a coverage page at its root (index.html): every planned cell of
+    matrix.yaml and what the index holds for it.
     """
     from attnforge.publish.coverage_plan import snapshot
     from attnforge.publish.release import (
@@ -50,12 +69,14 @@ def command(
         publish,
         resolve_destination,
     )
+    from attnforge.wheels.signing_keys import project_signing, trusted_keys
 
     dest, base = resolve_destination(project, target)
     exclude = []
     if dest.kind == "static" and dest.path:
         exclude.append(open_static(dest, base).root)
     bundles = collect_bundles(list(sources) or default_sources(project), exclude=exclude)
+    trusted = trusted_keys(project_signing(project), trusted_key)
     report = publish(
         bundles,
         dest,
@@ -66,5 +87,7 @@ def command(
         log=_log,
         warn=_warn,
         plan=snapshot(project) if dest.kind == "static" else None,
+        trusted=trusted,
+        allow_unsigned=allow_unsigned,
     )
     print_report(report, _log)

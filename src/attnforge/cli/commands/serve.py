@@ -8,7 +8,6 @@ from types import FrameType
 
 import click
 
-from attnforge.core.errors import ConfigurationError
 from attnforge.matrix.project import Project
 
 
@@ -24,22 +23,28 @@ def _default_dir(project: Project) -> Path:
 
 @click.command("serve")
 @click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
-@click.option("--port", type=int, default=8000, show_default=True, help="TCP port (0 = any free port).")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8000,
+    show_default=True,
+    help="TCP port (0 = any free port).",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.pass_obj
 def command(project: Project, directory: Path | None, port: int, host: str) -> None:
     """Serve a static index (default: the `local` destination, else wheels/index) until Ctrl-C.
+
+    Only a folder `attnforge publish` wrote is served, and only what lies inside it (symlinks out: 404).
 
     \b
     Install from it:
       pip install flash-attn --index-url http://127.0.0.1:PORT/<variant>/simple
     The first line printed is `serving DIR at URL`, for scripts that start it with --port 0.
     """
-    from attnforge.publish.index_server import make_server
+    from attnforge.publish.index_server import index_root, make_server
 
-    root = directory or _default_dir(project)
-    if not root.is_dir():
-        raise ConfigurationError(f"{root}: no index there", hint="attnforge publish --to local")
+    root = index_root(directory or _default_dir(project))
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.secho(
             f"warning: serving on {host}: reachable beyond this machine, without authentication", err=True

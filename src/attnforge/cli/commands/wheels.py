@@ -33,12 +33,19 @@ def command() -> None:
 @click.option(
     "--keep-input", is_flag=True, help="Keep the input wheel when the finalized one has another name."
 )
+@click.pass_obj
 def finalize_cmd(
-    wheel: Path, manifest: Path | None, out_dir: Path | None, excludes: tuple[str, ...], keep_input: bool
+    project: Project,
+    wheel: Path,
+    manifest: Path | None,
+    out_dir: Path | None,
+    excludes: tuple[str, ...],
+    keep_input: bool,
 ) -> None:
-    """Name the variant (+cu130torch2.14cxx11abiTRUE), pin torch, audit and retag, verify, write the manifest.
+    """Name the variant (+cu130torch2.14cxx11abiTRUE), pin torch, audit and retag, verify, write the manifest,
+    then the SBOM and the signed build provenance beside the wheel (docs/records.md).
 
-    The result is reproducible: the same input and SOURCE_DATE_EPOCH give the same bytes.
+    The wheel is reproducible: the same input and SOURCE_DATE_EPOCH give the same bytes.
     """
     from attnforge.wheels.finalize import finalize
 
@@ -54,7 +61,40 @@ def finalize_cmd(
         click.echo(f"  {change}", err=True)
     click.echo(f"platform tag {res.platform_tag}: {res.platform_reason}", err=True)
     click.echo(f"requires {res.names.torch_requirement}; variant {res.names.variant}", err=True)
+    _sign(project, [res.wheel])
     click.echo(str(res.wheel))
+
+
+def _sign(project: Project, wheels: list[Path]) -> None:
+    from attnforge.wheels.manifest import manifest_path_for, read_manifest
+    from attnforge.wheels.records import write_build_records
+    from attnforge.wheels.signing_keys import project_signing, short, signing_key
+
+    key = signing_key(project_signing(project), log=lambda m: click.echo(m, err=True))
+    assert key is not None
+    for wheel in wheels:
+        paths = write_build_records(wheel, read_manifest(manifest_path_for(wheel)), key)
+        click.echo(f"signed by {short(key.keyid)}: {', '.join(p.name for p in paths)}", err=True)
+
+
+@command.command("sign")
+@click.argument(
+    "wheels", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.pass_obj
+def sign_cmd(project: Project, wheels: tuple[Path, ...]) -> None:
+    """Write the SBOM and the signed build provenance of finalized wheels (one built before records existed).
+
+    The wheel must match its manifest (bytes and names) first: what is signed is what the manifest says.
+    """
+    from attnforge.wheels import wheel_claims
+    from attnforge.wheels.manifest import check_matches_wheel, manifest_path_for, read_manifest
+
+    for wheel in wheels:
+        data = read_manifest(manifest_path_for(wheel))
+        check_matches_wheel(wheel, data)
+        wheel_claims.check(wheel, data)
+    _sign(project, list(wheels))
 
 
 @command.command("verify")

@@ -5,11 +5,40 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import click
 
+from attnforge.client.index_fetch import CONNECT_TIMEOUT_S, TOTAL_BUDGET_S, IndexReader
 from attnforge.core.errors import ConfigurationError, NothingToDoError
 from attnforge.core.kernels import KERNELS
+from attnforge.matrix.project import Project
+
+
+def _verify(
+    project: Project,
+    index_url: str,
+    kernel: str,
+    filename: str,
+    keys: tuple[Path, ...],
+    reader: IndexReader,
+) -> None:
+    """Check the chosen wheel's records (stderr), read within `reader`'s budget; RecordRefused (exit 7) when
+    one does not hold."""
+    from attnforge.client.record_check import offered, verify_offered
+    from attnforge.core.errors import RecordRefused
+    from attnforge.wheels.signing_keys import project_signing, trusted_keys
+
+    lines = verify_offered(
+        offered(index_url, kernel, lambda name: name == filename, reader),
+        trusted_keys(project_signing(project), keys),
+        reader,
+    )
+    for line in lines:
+        click.echo(f"{line.status:<4} {line.name}: {line.detail}", err=True)
+    failed = [line for line in lines if line.status == "fail"]
+    if failed:
+        raise RecordRefused(f"{filename}: " + "; ".join(f"{f.name}: {f.detail}" for f in failed))
 
 
 @click.command("which")
@@ -44,7 +73,28 @@ from attnforge.core.kernels import KERNELS
     show_default=True,
     help="The project to look up in the index (flash-attn-3: stable-ABI wheels).",
 )
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Check the chosen wheel's signed records (provenance, SBOM, parity) first; exit 7 when they fail.",
+)
+@click.option(
+    "--trusted-key",
+    "trusted_key",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="With --verify: a public key (PEM) records may be signed with. Repeatable.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1.0),
+    default=TOTAL_BUDGET_S,
+    show_default=True,
+    help=f"Seconds for reading the index in all (each connection or read: at most {CONNECT_TIMEOUT_S:g} s).",
+)
+@click.pass_obj
 def command(
+    project: Project,
     index_url: str,
     python: str | None,
     profile: str | None,
@@ -52,12 +102,16 @@ def command(
     fmt: str,
     as_json: bool,
     kernel: str,
+    verify: bool,
+    trusted_key: tuple[Path, ...],
+    timeout: float,
 ) -> None:
     """Print how to install the wheel that fits this environment, or why none fits (exit 3).
 
     Compared: Python, platform, torch release, the torch build's CUDA/ROCm, C++ ABI, profile and, with a
     GPU, its architecture and the driver. Yanked wheels are never proposed. The command (or the uv
-    entries) goes to stdout, the reasoning to stderr.
+    entries) goes to stdout, the reasoning to stderr. An index that cannot be read says why, with the URL:
+    connection refused, timeout, HTTP status, corrupt page (exit 5).
     """
     from attnforge.client.which import resolve, with_torch
     from attnforge.engine.environment import Env, run_probe
@@ -65,7 +119,10 @@ def command(
     env = Env.from_probe(run_probe(python))
     if torch:
         env = with_torch(env, torch)
-    res = resolve(env, index_url, profile, kernel)
+    reader = IndexReader(total_s=timeout)
+    res = resolve(env, index_url, profile, kernel, reader)
+    if verify and res.choice is not None:
+        _verify(project, index_url, kernel, res.choice.filename, trusted_key, reader)
     fmt = "json" if as_json else fmt
     if fmt == "json":
         click.echo(json.dumps(res.to_json(), indent=2))

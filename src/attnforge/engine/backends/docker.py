@@ -2,8 +2,10 @@
 
 Host folders are mounted at the same paths inside the container, so a spec means the same thing in both
 places: the cache (sources, build trees, kernel objects, ccache, venvs), the builder script (read-only),
-local pip mirrors (read-only), the cell's Python interpreter (read-only) and the CA bundle (read-only, at
-/run/secrets/ca_bundle). Nothing secret is ever in an image layer: images get the CA as a BuildKit secret.
+local pip mirrors (read-only), the cell's Python interpreter (read-only), the CA bundle (read-only, at
+/run/secrets/ca_bundle) and the index credentials as a netrc (read-only, at /run/secrets/pip_netrc, named by
+$NETRC). Nothing secret is ever in an image layer, a spec or a command line: images get the CA as a BuildKit
+secret, and index URLs carry no credentials.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from attnforge.core.pins import local_base
 from attnforge.engine.backends.cuda_standin import STANDINS, ensure_cuda_standin, standin_for
 from attnforge.engine.backends.debian_base import BaseImageError, bootstrap_debian_base, image_id
 from attnforge.engine.backends.pip_config import PipOptions, pip_options
+from attnforge.engine.backends.pip_credentials import CONTAINER_NETRC
 from attnforge.engine.jobs import BUILDER_DIR, CellJob
 from attnforge.engine.progress import ProgressView
 from attnforge.engine.resources import GIB, detect_machine
@@ -90,7 +93,8 @@ class DockerBackend:
         self.docker = docker or docker_executable()
         build = project.matrix.build
         self.base_images = {**build.base_images, **(base_images or {})}  # --base-image wins
-        self.pip: PipOptions = pip_options(build.pip)
+        self.pip: PipOptions = pip_options(build.pip, base=project.root)
+        self.netrc = self.pip.netrc()  # index credentials: a file pip reads, never a URL or argument
         ca = build.extra_ca_bundle or (str(DEFAULT_CA) if DEFAULT_CA.exists() else None)
         self.ca_bundle = project.path(ca) if ca else None
         self.images: dict[str, str] = {}
@@ -208,6 +212,8 @@ class DockerBackend:
         return tag
 
     def prepare(self, cells: list[Cell], view: ProgressView) -> None:
+        for note in self.pip.notes:
+            view.log(note)
         for toolkit in sorted({c.toolkit for c in cells}, key=str):
             if toolkit.kind != "cuda":
                 raise BuildError(
@@ -218,9 +224,11 @@ class DockerBackend:
             python_prefix(py)
 
     def image_of(self, cell: Cell) -> dict[str, str | None]:
-        """The builder image a cell ran in and its base (for the manifest's `build`)."""
+        """The builder image a cell ran in, its id (the digest the provenance records) and its base."""
         key = str(cell.toolkit)
-        return {"image": self.images.get(key), "base": self.bases.get(key)}
+        tag = self.images.get(key)
+        ident = image_id(tag, docker=self.docker) if tag else None
+        return {"image": tag, "image_id": ident, "base": self.bases.get(key)}
 
     def identity(self) -> str:
         ident: dict[str, object] = {"backend": "docker", "dockerfile": self._dockerfile_digest()}
@@ -256,6 +264,10 @@ class DockerBackend:
             "PATH": f"{prefix}/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             "PIP_CONFIG_FILE": "/dev/null",
         }
+        netrc = self.netrc.path()
+        if netrc is not None:  # pip's requests reads $NETRC: credentials never in a URL, argument or spec
+            mounts.append(f"{netrc}:{CONTAINER_NETRC}:ro")
+            env["NETRC"] = CONTAINER_NETRC
         if self.ca_bundle:
             mounts.append(f"{self.ca_bundle}:/run/secrets/ca_bundle:ro")
             env |= {k: "/run/secrets/ca_bundle" for k in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")}

@@ -1,13 +1,18 @@
-"""pip options for installing torch inside a build: from matrix.yaml and, optionally, this machine's pip config."""
+"""pip options for installing torch inside a build: from matrix.yaml and, optionally, this machine's pip config.
+
+Index credentials never stay in a URL: matrix.yaml refuses them (schema), and those of this machine's pip
+configuration are scrubbed into netrc entries (`pip_credentials`), which reach pip as a file."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from attnforge.engine.backends.pip_credentials import IndexLogin, NetrcFile, check_netrc, scrub
 from attnforge.matrix.schema import PipSpec
 
 
@@ -17,6 +22,23 @@ class PipOptions:
 
     args: list[str] = field(default_factory=list)
     local_paths: list[Path] = field(default_factory=list)
+    logins: list[IndexLogin] = field(default_factory=list)  # scrubbed from this machine's pip config
+    netrc_file: Path | None = None  # build.pip.netrc
+    notes: list[str] = field(default_factory=list)
+
+    def netrc(self) -> NetrcFile:
+        """The netrc to hand pip (build.pip.netrc plus what was scrubbed), written on first use."""
+        return NetrcFile(list(self.logins), self.netrc_file)
+
+    def add_scrubbed(self, flag: str, value: str, where: str) -> None:
+        """`add`, with a credentialed URL's user and password moved into a netrc entry."""
+        clean, login = scrub(value, where)
+        if login is not None:
+            self.logins.append(login)
+            self.notes.append(
+                f"{where}: the credentials for {login.host} reach pip through a netrc file, not the URL"
+            )
+        self.add(flag, clean)
 
     def add(self, flag: str, value: str) -> None:
         self.args += [flag, value]
@@ -43,17 +65,32 @@ def host_pip_config() -> dict[str, str]:
     return config
 
 
-def pip_options(spec: PipSpec, inherit: dict[str, str] | None = None) -> PipOptions:
-    """Explicit options from matrix.yaml win; the host's config fills in what they leave out."""
+def pip_options(spec: PipSpec, inherit: dict[str, str] | None = None, base: Path | None = None) -> PipOptions:
+    """Explicit options from matrix.yaml win; the host's config fills in what they leave out (its credentialed
+    URLs scrubbed). `base`: the folder a relative build.pip.netrc is read from (matrix.yaml's)."""
     host = (inherit if inherit is not None else host_pip_config()) if spec.inherit_host_config else {}
     opts = PipOptions()
-    index = spec.index_url or host.get("index-url")
-    if index:
-        opts.add("--index-url", index)
-    for url in spec.extra_index_urls or host.get("extra-index-url", "").split():
-        opts.add("--extra-index-url", url)
-    for link in spec.find_links or host.get("find-links", "").split():
-        opts.add("--find-links", link)
+    if spec.index_url:
+        opts.add("--index-url", spec.index_url)
+    elif host.get("index-url"):
+        opts.add_scrubbed("--index-url", host["index-url"], "this machine's pip config (index-url)")
+    if spec.extra_index_urls:
+        for url in spec.extra_index_urls:
+            opts.add("--extra-index-url", url)
+    else:
+        for url in host.get("extra-index-url", "").split():
+            opts.add_scrubbed("--extra-index-url", url, "this machine's pip config (extra-index-url)")
+    if spec.find_links:
+        for link in spec.find_links:
+            opts.add("--find-links", link)
+    else:
+        for link in host.get("find-links", "").split():
+            opts.add_scrubbed("--find-links", link, "this machine's pip config (find-links)")
     if host.get("constraint"):
         opts.add("--constraint", host["constraint"])
+    if spec.netrc:
+        path = Path(os.path.expandvars(spec.netrc)).expanduser()
+        if not path.is_absolute() and base is not None:
+            path = base / path
+        opts.netrc_file = check_netrc(path, "build.pip.netrc")
     return opts
