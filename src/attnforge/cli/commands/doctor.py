@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from attnforge.cli.options import trusted_key_option
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.core.kernels import KERNELS
 from attnforge.matrix.project import Project
@@ -39,13 +40,7 @@ _STYLE = {"ok": "green", "fail": "red", "warn": "yellow", "skip": "blue"}
     is_flag=True,
     help="Also check the installed wheel against its signed records in the index (--index-url).",
 )
-@click.option(
-    "--trusted-key",
-    "trusted_key",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="With --verify: a public key (PEM) records may be signed with. Repeatable.",
-)
+@trusted_key_option("With --verify: a public key (PEM) records may be signed with. Repeatable.")
 @click.pass_obj
 def command(
     project: Project,

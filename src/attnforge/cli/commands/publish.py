@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from attnforge.cli.options import trusted_key_option
 from attnforge.matrix.project import Project
 
 
@@ -33,12 +34,8 @@ def _warn(message: str) -> None:
     is_flag=True,
     help="Publish wheels that have no signed build provenance (logged loudly); a bad record is still refused.",
 )
-@click.option(
-    "--trusted-key",
-    "trusted_key",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="A public key (PEM) records may be signed with, instead of the configured ones. Repeatable.",
+@trusted_key_option(
+    "A public key (PEM) records may be signed with, instead of the configured ones. Repeatable."
 )
 @click.option("--dry-run", is_flag=True, help="Run every check and say what would be published.")
 @click.argument("sources", nargs=-1, type=click.Path(exists=True, path_type=Path))

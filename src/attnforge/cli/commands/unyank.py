@@ -5,18 +5,13 @@ from __future__ import annotations
 import click
 
 from attnforge.cli.commands.yank import set_yanked
+from attnforge.cli.options import static_destination_option
 from attnforge.matrix.project import Project
 
 
 @click.command("unyank")
 @click.argument("wheel")
-@click.option(
-    "--to",
-    "target",
-    default="local",
-    show_default=True,
-    help="The static destination of matrix.yaml (or a folder) that holds the wheel.",
-)
+@static_destination_option
 @click.pass_obj
 def command(project: Project, wheel: str, target: str) -> None:
     """Clear the yank of WHEEL in a static index: pip, `which` and the index page offer it again."""

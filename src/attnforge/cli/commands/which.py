@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from attnforge.cli.options import trusted_key_option
 from attnforge.client.index_fetch import CONNECT_TIMEOUT_S, TOTAL_BUDGET_S, IndexReader
 from attnforge.core.errors import ConfigurationError, NothingToDoError
 from attnforge.core.kernels import KERNELS
@@ -78,13 +79,7 @@ def _verify(
     is_flag=True,
     help="Check the chosen wheel's signed records (provenance, SBOM, parity) first; exit 7 when they fail.",
 )
-@click.option(
-    "--trusted-key",
-    "trusted_key",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="With --verify: a public key (PEM) records may be signed with. Repeatable.",
-)
+@trusted_key_option("With --verify: a public key (PEM) records may be signed with. Repeatable.")
 @click.option(
     "--timeout",
     type=click.FloatRange(min=1.0),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from attnforge.cli.options import static_destination_option
 from attnforge.matrix.project import Project
 
 
@@ -22,13 +23,7 @@ def set_yanked(project: Project, target: str, wheel: str, reason: str | None) ->
 @click.command("yank")
 @click.argument("wheel")
 @click.option("--reason", required=True, help="Why it is withdrawn; pip shows it to whoever pins it.")
-@click.option(
-    "--to",
-    "target",
-    default="local",
-    show_default=True,
-    help="The static destination of matrix.yaml (or a folder) that holds the wheel.",
-)
+@static_destination_option
 @click.pass_obj
 def command(project: Project, wheel: str, reason: str, target: str) -> None:
     """Mark WHEEL (a file name, or a path whose last part is one) yanked in a static index, atomically.
