@@ -60,7 +60,9 @@ def _install_locked(session: nox.Session) -> None:
 @nox.session(name="build-wheels", python=PYTHON)
 def build_wheels(session: nox.Session) -> None:
     """Build the wheels of a matrix target (default: `default`) into wheels/. Args go to `attnforge build`."""
-    _install(session, "[publish]")  # finalize rewrites the wheel (wheel) and audits it (auditwheel)
+    _install(
+        session, "[build]"
+    )  # finalize rewrites the wheel (wheel) and audits it (auditwheel); no publish tools
     session.run("attnforge", "build", *(session.posargs or ["--target", "default"]))
 
 

@@ -58,6 +58,17 @@ def test_default_wheel_and_manifest(built: tuple[Path, Path, str]) -> None:
     assert manifest["inputs"]["head_dims"] == [128]
     assert manifest["build"]["backend"] == "docker"
     assert manifest["build"]["max_jobs"] >= 1 and manifest["build"]["units_total"] == 5
+    # the 4 kernel units compiled in the kernel lane while torch installed, and torch's own flags for them
+    # matched the lane's, so ninja compiled only the binding; a torch error in the binding reached Python
+    lane = manifest["build"]["kernel_lane"]
+    assert lane["mismatch"] == "" and len(lane["linked"]) == 4, lane
+    assert manifest["build"]["units_compiled"] == 5
+    windows = manifest["build"]["stage_windows"]
+    kernel_starts = [
+        u["start_s"] for u in manifest["build"]["unit_times"].values() if u.get("lane") == "kernel"
+    ]
+    assert len(kernel_starts) == 4 and min(kernel_starts) < windows["venv"][1], (kernel_starts, windows)
+    assert manifest["build"]["exceptions_recheck"] == "raised"
     assert manifest["toolchain"]["nvcc"].startswith("13.0")
     assert manifest["finalize"]["torch_requirement"] == "torch==2.14.*"
     assert (wheels / "logs" / f"{manifest['cell_id']}.log").is_file()

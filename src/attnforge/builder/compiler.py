@@ -4,7 +4,11 @@ A C++ exception thrown by torch (TORCH_CHECK in libc10) must unwind through code
 reach Python as RuntimeError: that is how a flash-attn wheel reports a head dim or dtype it was built
 without. Seen on an H100 host: a gcc wrapper in /opt/gcc (named by CC/CXX) that links its own crt files
 made every such exception a SIGSEGV, and AOTInductor packages crashed on load the same way. So the
-compiler is probed (``CXX_PROBE``) before it builds anything, and a failing one is replaced by a fallback.
+compiler is probed (``CXX_PROBE``) before it builds the binding, and a failing one is replaced by a fallback.
+The verdict is cached beside the build venvs (``VERDICTS_FILE``), keyed on what decides it: the compiler
+(its real path and version), its C++ runtime and torch; so one builder image or host toolchain is probed
+once per torch, not once per venv. The import check re-checks a cached verdict on the built binding
+(``importcheck.EXCEPTION_RECHECK``).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ try:
 except RuntimeError as exc:
     print("RAISED", str(exc).splitlines()[0], flush=True)
 """
-CXX_PROBE_FILE = ".attnforge-cxx-probe.json"
+VERDICTS_FILE = "compiler-verdicts.json"
 FALLBACK_CXX = ("/usr/bin/g++", "/usr/bin/c++")
 
 
@@ -69,6 +73,29 @@ def compiler_identity(cxx: str) -> str | None:
     except (RuntimeError, OSError, IndexError, subprocess.TimeoutExpired):
         return None
     return f"{os.path.realpath(exe)} | {first}"
+
+
+def runtime_identity(cxx: str) -> str:
+    """The real path of the C++ runtime ``cxx`` links (``-print-file-name=libstdc++.so.6``), or ``?``."""
+    exe = shutil.which(cxx.split()[-1])
+    if not exe:
+        return "?"
+    try:
+        found = run_capture([exe, "-print-file-name=libstdc++.so.6"], timeout=60).strip()
+    except (RuntimeError, OSError, subprocess.TimeoutExpired):
+        return "?"
+    return os.path.realpath(found) if os.path.isabs(found) else found
+
+
+def verdict_key(ident: str, cxx: str, torch_version: str | None) -> str:
+    """What decides whether exceptions cross: the compiler, its C++ runtime, torch."""
+    return f"{ident} | {runtime_identity(cxx)} | torch {torch_version}"
+
+
+def forget_verdicts(cache_path: Path) -> None:
+    """Drop the cached verdicts (the import check found one wrong): the next build probes again."""
+    with contextlib.suppress(OSError):
+        cache_path.unlink()
 
 
 def probe_cxx(vpy: str, cxx: str, env: dict[str, str], work: Path) -> str:
@@ -104,31 +131,48 @@ def probe_cxx(vpy: str, cxx: str, env: dict[str, str], work: Path) -> str:
 
 
 def choose_host_compiler(
-    vpy: str, venv_dir: Path, env: dict[str, str], rep: Reporter, fallbacks: tuple[str, ...] = FALLBACK_CXX
+    vpy: str,
+    venv_dir: Path,
+    env: dict[str, str],
+    rep: Reporter,
+    fallbacks: tuple[str, ...] = FALLBACK_CXX,
+    torch_version: str | None = None,
+    cache_path: Path | None = None,
 ) -> dict[str, Any]:
     """The C++ compiler for torch's extension build: ``$CXX`` (else ``c++``) when it passes ``CXX_PROBE``,
-    else the first fallback that does (with a warning). Results are cached per compiler in the venv.
+    else the first fallback that does (with a warning). Verdicts are cached in ``cache_path`` (default:
+    ``venv_dir/VERDICTS_FILE``; the builder keeps one beside all its venvs) under ``verdict_key``;
+    ``cached`` in the answer says whether the chosen one's came from there.
     Raises BuildFailure(EXIT_ENV) when none passes."""
     first = env.get("CXX") or "c++"
-    cache_path = venv_dir / CXX_PROBE_FILE
+    cache_path = cache_path or venv_dir / VERDICTS_FILE
     try:
         cache: dict[str, str] = json.loads(cache_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         cache = {}
     tried: list[tuple[str, str]] = []
     seen: set[str] = set()
+    cached = False
     for cxx in (first, *fallbacks):
         ident = compiler_identity(cxx)
         if ident is None or ident.split(" | ")[0] in seen:
             continue
         seen.add(ident.split(" | ")[0])
-        why = cache.get(ident)
+        key = verdict_key(ident, cxx, torch_version)
+        why = cache.get(key)
+        cached = why is not None
         if why is None:
             rep.line(f"attnforge: checking that C++ exceptions from {cxx}-built code reach Python")
             why = probe_cxx(vpy, cxx, env, venv_dir)
-            cache[ident] = why
+            cache[key] = why
             with contextlib.suppress(OSError):
-                cache_path.write_text(json.dumps(cache, indent=1), encoding="utf-8")
+                tmp = cache_path.with_name(f"{cache_path.name}.{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(cache, indent=1), encoding="utf-8")
+                os.replace(tmp, cache_path)
+        else:
+            rep.line(
+                f"attnforge: {cxx}: cached verdict ({why or 'exceptions reach Python'}) from {cache_path}"
+            )
         tried.append((cxx, why))
         if not why:
             if cxx != first:
@@ -138,6 +182,8 @@ def choose_host_compiler(
                 "cc": c_compiler_for(cxx.split()[-1]),
                 "switched": cxx != first,
                 "rejected": {c: w for c, w in tried if w},
+                "cached": cached,
+                "verdicts": str(cache_path),
             }
     detail = "; ".join(f"{c}: {w}" for c, w in tried) or f"{first} does not run"
     raise BuildFailure(EXIT_ENV, f"no usable host C++ compiler ({detail}); set CXX/CC to a working g++")

@@ -17,6 +17,23 @@ from .report import Reporter
 KERNEL_SYMBOL_HINTS = ("flash::", "run_mha")
 
 
+# A torch error thrown inside the binding (CPU tensors where CUDA ones are due) must reach Python as a
+# RuntimeError: the compiler verdict (builder.compiler) checked again on the code it built. Bindings whose
+# ``fwd`` takes other arguments say "skipped".
+EXCEPTION_RECHECK = """
+fwd = getattr(m, "fwd", None)
+if callable(fwd):
+    t = torch.zeros(1, 8, 1, 64)
+    try:
+        fwd(t, t, t, None, None, 0.0, 0.125, False, -1, -1, 0.0, False, None)
+        print("RECHECK none", n)
+    except RuntimeError as exc:
+        print("RECHECK raised", n, str(exc).splitlines()[0][:120])
+    except TypeError:
+        print("RECHECK skipped", n)
+"""
+
+
 def import_check(
     vpy: str, wheel: Path, names: list[str], workdir: Path, rep: Reporter, env: dict[str, str] | None = None
 ) -> dict[str, Any]:
@@ -30,10 +47,12 @@ def import_check(
     sos = sorted(p.name for p in target.glob("*.so"))
     if not names:
         names = [n.split(".")[0] for n in sos]
+    recheck = "".join("    " + ln + "\n" for ln in EXCEPTION_RECHECK.strip().splitlines())
     code = (
         f"import sys; sys.path.insert(0, {str(target)!r})\nimport torch\nimport importlib\n"
         f"for n in {names!r}:\n    m = importlib.import_module(n)\n"
         "    print('imported', n, 'from', getattr(m, '__file__', '?'))\n"
+        f"{recheck}"
         "print('torch', torch.__version__)\n"
     )
     proc = subprocess.run(
@@ -61,7 +80,14 @@ def import_check(
                 ln.split(None, 1)[-1] for ln in out.splitlines() if any(h in ln for h in KERNEL_SYMBOL_HINTS)
             ]
     ok = proc.returncode == 0 and not undefined
-    return {"ok": ok, "output": output[-4000:], "undefined_kernel_symbols": undefined[:20], "modules": names}
+    verdicts = [ln.split()[1] for ln in proc.stdout.splitlines() if ln.startswith("RECHECK ")]
+    return {
+        "ok": ok,
+        "output": output[-4000:],
+        "undefined_kernel_symbols": undefined[:20],
+        "modules": names,
+        "exceptions": verdicts[0] if verdicts else "crashed" if proc.returncode < 0 else "not checked",
+    }
 
 
 def wheel_members(wheel: Path) -> list[str]:

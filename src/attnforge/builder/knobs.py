@@ -200,20 +200,22 @@ def cuda_home(env: dict[str, str]) -> str | None:
 
 def build_env(
     spec: BuildSpec,
-    vpy: str,
+    vpy: str | None,
     tree: Path,
     epoch: int,
     max_jobs: int,
     prebuilt: Path | None,
     auto_wrap: bool = False,
+    base: dict[str, str] | None = None,
 ) -> dict[str, str]:
-    """The whole environment of ``pip wheel`` for this spec."""
-    base = dict(os.environ)
+    """The whole environment of ``pip wheel`` for this spec (``vpy`` None: before the venv exists, for the
+    kernel lane; ``base``: the environment to start from, default this process's)."""
+    base = dict(os.environ if base is None else base)
     if spec.pure_python:
         base = {k: v for k, v in base.items() if k not in ROCM_ENV_TO_CLEAR}
     env = pip_env(spec, base)
     home = cuda_home(env)
-    path = [str(Path(vpy).parent)]
+    path = [str(Path(vpy).parent)] if vpy else []
     if home and not spec.pure_python:
         env["CUDA_HOME"] = home
         path.append(os.path.join(home, "bin"))

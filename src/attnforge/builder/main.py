@@ -20,7 +20,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .compiler import FALLBACK_CXX, choose_host_compiler, gcc_for_toolkit, nvcc_problem, toolchain
+from .compiler import (
+    FALLBACK_CXX,
+    VERDICTS_FILE,
+    choose_host_compiler,
+    forget_verdicts,
+    gcc_for_toolkit,
+    nvcc_problem,
+    toolchain,
+)
 from .exits import (
     EXIT_BUILD,
     EXIT_ENV,
@@ -33,11 +41,12 @@ from .exits import (
 )
 from .files import sha256_file
 from .importcheck import import_check, pure_wheel_check, require_stable_abi_wheel
+from .kernel_lane import KernelLane
 from .knobs import build_env, ccache_stats, cuda_home
-from .ninja import NinjaParser, count_ninja_units, unit_times
+from .ninja import NinjaParser, UnitCounter, count_ninja_units, unit_times
 from .objects import identity, save_kernel_objects, usable_prebuilt
-from .parallelism import auto_max_jobs
-from .patches import resolve_patches
+from .parallelism import BINDING_JOB_GB, auto_max_jobs, detect_machine
+from .patches import resolve_patches, torch_free
 from .procs import cgroup_oom_kills, stream, terminate_children
 from .report import Reporter, Stage
 from .source import archive_epoch, fetch_source, prepare_tree
@@ -66,6 +75,7 @@ def compile_wheel(
     env: dict[str, str],
     py_tag: str,
     max_jobs: int,
+    counter: UnitCounter | None = None,
 ) -> tuple[Path, NinjaParser]:
     """``pip wheel`` under the rusage wrapper, followed through ninja; the wheel in build_dir/dist."""
     dist = Path(spec.build_dir) / "dist"
@@ -90,7 +100,7 @@ def compile_wheel(
     if spec.pure_python:
         pip_cmd[5:5] = ["--no-index"]
     cmd = [sys.executable, str(RUSAGE_WRAP), str(rusage_out), "--", *pip_cmd]
-    parser = NinjaParser(rep)
+    parser = NinjaParser(rep, counter)
     rep.line("attnforge: " + " ".join(pip_cmd) + f"  (MAX_JOBS={max_jobs})")
     oom_before = cgroup_oom_kills()
     cc_before = ccache_stats(env)
@@ -151,6 +161,28 @@ def raise_failure(parser: NinjaParser, rc: int, max_jobs: int, oom_killed: bool,
     raise BuildFailure(EXIT_BUILD, f"build failed (pip exit {rc})", kind="build", rc=rc, **details)
 
 
+def start_kernel_lane(
+    spec: BuildSpec, tree: Path, env: dict[str, str], home: str | None, counter: UnitCounter, rep: Reporter
+) -> KernelLane | None:
+    """The kernel lane, started, when this build compiles torch-free flash-attn kernel units that no earlier
+    cell of the kernel set left behind; else None (ninja compiles everything once torch is there)."""
+    if spec.kernel != "flash-attn" or spec.pure_python or not home or not torch_free(spec.patches):
+        return None
+    if spec.use_interpreter:
+        return None  # torch is already there: nothing to overlap with
+    if usable_prebuilt(spec, identity(spec, toolchain(home, {}, env.get("CXX"))), rep) is not None:
+        return None
+    jobs = auto_max_jobs(spec.max_jobs, spec.job_mem_gb)
+    lane_env = build_env(spec, None, tree, spec.source_date_epoch or 0, jobs, None, base=env)
+    lane = KernelLane(spec, tree, lane_env, home, jobs, rep, lambda name, _s: counter.finish(name), rep.t0)
+    order = lane.start()
+    if not order:
+        return None
+    counter.total = len(order) + len(lane.binding)
+    rep.event("lane_plan", compile=order + lane.binding, jobs=jobs)  # the host's ETA plans both lanes
+    return lane
+
+
 def build(spec: BuildSpec, rep: Reporter, result: dict[str, Any]) -> None:
     """The whole cell; fills ``result`` as it goes and raises BuildFailure on errors."""
     times: dict[str, float] = result["stages"]
@@ -163,6 +195,35 @@ def build(spec: BuildSpec, rep: Reporter, result: dict[str, Any]) -> None:
     with Stage(rep, times, "unpack"):
         tree = prepare_tree(spec, archive, patches, rep)
     base_env = dict(os.environ)
+    home = cuda_home(base_env)
+    toolkit_cxx = None if spec.pure_python else gcc_for_toolkit(spec.max_gcc, base_env, rep)
+    if toolkit_cxx:
+        base_env["CXX"], base_env["CC"] = toolkit_cxx["cxx"], toolkit_cxx["cc"]
+    counter = UnitCounter(rep)
+    lane = start_kernel_lane(spec, tree, base_env, home, counter, rep)
+    try:
+        vpy = compile_cell(spec, rep, result, archive, tree, base_env, home, toolkit_cxx, counter, lane)
+    finally:
+        if lane is not None:
+            lane.stop()
+    finish_wheel(spec, rep, result, vpy, Path(result["wheel"]))
+
+
+def compile_cell(
+    spec: BuildSpec,
+    rep: Reporter,
+    result: dict[str, Any],
+    archive: Path,
+    tree: Path,
+    base_env: dict[str, str],
+    home: str | None,
+    toolkit_cxx: dict[str, Any] | None,
+    counter: UnitCounter,
+    lane: KernelLane | None,
+) -> str:
+    """venv, compiler probe and ``pip wheel`` (the binding lane, beside a running kernel lane); the wheel
+    copied to output_dir and the kernel objects saved. Returns the build's Python."""
+    times: dict[str, float] = result["stages"]
     with Stage(rep, times, "venv"):
         venv = ensure_venv(spec, rep, base_env)
     vpy = venv["vpy"]
@@ -171,15 +232,14 @@ def build(spec: BuildSpec, rep: Reporter, result: dict[str, Any]) -> None:
         raise BuildFailure(EXIT_ENV, problem)
     result["venv_reused"] = venv["reused"]
     result["torch_build"] = venv["torch"]
-    home = cuda_home(base_env)
     host_cxx: dict[str, Any] = {}
-    toolkit_cxx = None if spec.pure_python else gcc_for_toolkit(spec.max_gcc, base_env, rep)
-    if toolkit_cxx:
-        base_env["CXX"], base_env["CC"] = toolkit_cxx["cxx"], toolkit_cxx["cc"]
     if spec.cxx_probe and not spec.pure_python:
         with Stage(rep, times, "compiler"):
             fallbacks = () if toolkit_cxx else FALLBACK_CXX  # the fallbacks are the too-new default g++
-            host_cxx = choose_host_compiler(vpy, Path(spec.venv_dir), base_env, rep, fallbacks)
+            verdicts = Path(spec.venv_dir).parent / VERDICTS_FILE
+            host_cxx = choose_host_compiler(
+                vpy, Path(spec.venv_dir), base_env, rep, fallbacks, str(venv.get("torch")), verdicts
+            )
     host_cxx = host_cxx or dict(toolkit_cxx or {})
     if toolkit_cxx:
         host_cxx["toolkit_limit"] = toolkit_cxx["reason"]
@@ -209,18 +269,70 @@ def build(spec: BuildSpec, rep: Reporter, result: dict[str, Any]) -> None:
             env["CC"] = host_cxx["cc"]  # torch passes CC to nvcc as -ccbin
     if toolkit_cxx:  # the probe had no fallback: host_cxx is this compiler
         env["CXX"], env["CC"] = toolkit_cxx["cxx"], toolkit_cxx["cc"]
-    built, parser = compile_wheel(spec, rep, result, vpy, tree, env, py_tag, max_jobs)
+    if lane is not None:
+        env["ATTNFORGE_KERNEL_LANE"] = str(lane.dir)
+        if not binding_fits_beside(lane, rep):
+            result["kernel_lane"] = lane.wait()
+    built, parser = compile_wheel(spec, rep, result, vpy, tree, env, py_tag, max_jobs, counter)
+    if lane is not None:
+        result["kernel_lane"] = merge_lane(result, lane.wait(), parser, rep.windows["compile"][0])
     if prebuilt is None:
         compiled = list((parser.sources_event or {}).get("compile", []))
         built_with = {**tool, "host_compiler": host_cxx.get("cxx")}
         result["kernel_objects"]["saved"] = save_kernel_objects(
             spec, tree, compiled, ident, py_tag, rep, built_with
         )
-    final = out_dir / built.name
+    final = Path(spec.output_dir) / built.name
     shutil.copyfile(built, final)
     result.update(
         wheel=str(final), wheel_name=final.name, size=final.stat().st_size, sha256=sha256_file(final)
     )
+    return str(vpy)
+
+
+def binding_fits_beside(lane: KernelLane, rep: Reporter) -> bool:
+    """Whether the binding may compile while the kernel lane still runs: the memory its compilers leave free
+    holds the binding's job (cores are shared; memory is what kills a build)."""
+    free = detect_machine().memory_available_gb
+    if free >= BINDING_JOB_GB:
+        return True
+    rep.line(f"attnforge: {free:.1f} GiB free beside the kernel lane: the binding waits for it")
+    return False
+
+
+def merge_lane(
+    result: dict[str, Any], lane: dict[str, Any], parser: NinjaParser, compile_start: float
+) -> dict[str, Any]:
+    """Fold the kernel lane into the result: its units' times (from the build's start) and peaks, the
+    compiled count, the peak memory; what the setup hook linked from it."""
+    linked = set((parser.lane_event or {}).get("linked", []))
+    units = result.setdefault("unit_times", {})
+    for t in units.values():  # ninja's times count from its own start
+        if "start_s" in t:
+            t["start_s"] = round(t["start_s"] + compile_start, 1)
+            t["end_s"] = round(t["end_s"] + compile_start, 1)
+    used = 0
+    for name, unit in lane.get("units", {}).items():
+        if name + ".cu" in linked and unit.get("ok") and not unit.get("reused"):
+            used += 1
+            units[name] = {
+                "start_s": unit["start_s"],
+                "end_s": unit["end_s"],
+                "s": round(unit["end_s"] - unit["start_s"], 1),
+                "peak_rss_gb": unit.get("peak_rss_gb", 0.0),
+                "lane": "kernel",
+            }
+    if result.get("units_compiled") is not None:
+        result["units_compiled"] += used
+        if result.get("units_total") is not None:
+            result["units_reused"] = result["units_total"] - result["units_compiled"]
+    result["peak_rss_gb"] = max(float(result.get("peak_rss_gb") or 0.0), lane.get("peak_single_gb", 0.0))
+    return {**lane, "linked": sorted(linked), "mismatch": (parser.lane_event or {}).get("mismatch", "")}
+
+
+def finish_wheel(spec: BuildSpec, rep: Reporter, result: dict[str, Any], vpy: str, final: Path) -> None:
+    """The checks on the copied wheel: stable ABI, pure-Python contents, the import check."""
+    times: dict[str, float] = result["stages"]
     check_stable_abi(spec, final, rep, result)
     if spec.pure_python:
         chk = pure_wheel_check(final)
@@ -234,6 +346,14 @@ def build(spec: BuildSpec, rep: Reporter, result: dict[str, Any]) -> None:
         with Stage(rep, times, "import_check"):
             chk = import_check(vpy, final, names, Path(spec.build_dir), rep)
         result["import_check"] = chk
+        if chk.get("exceptions") == "crashed" and result.get("host_compiler", {}).get("cached"):
+            forget_verdicts(Path(result["host_compiler"]["verdicts"]))
+            raise BuildFailure(
+                EXIT_IMPORT,
+                "a torch error thrown in the binding crashed the process although the cached compiler verdict "
+                "said exceptions cross; the verdicts were dropped: rerun to probe the compiler again",
+                kind="import",
+            )
         if not chk["ok"]:
             raise BuildFailure(
                 EXIT_IMPORT, "the built extension does not import: " + chk["output"][-500:], kind="import"
@@ -297,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
             rep.line(ln)
     result["exit_code"] = code
     result["wall_s"] = round(time.monotonic() - start, 1)
+    result["stage_windows"] = rep.windows
     if spec is not None:
         with contextlib.suppress(OSError):
             (Path(spec.output_dir) / "result.json").write_text(json.dumps(result, indent=1), encoding="utf-8")

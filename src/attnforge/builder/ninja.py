@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +29,31 @@ def unit_stem(path: str) -> str:
     return os.path.splitext(os.path.basename(path.strip("'\"")))[0]
 
 
-class NinjaParser:
-    """Follows ninja's ``[N/M] cmd`` and ``FAILED:`` lines, and the setup hook's ``sources`` event."""
+class UnitCounter:
+    """Units finished in either lane (the kernel lane, ninja), announced as ``unit`` events with the build's
+    running count; thread-safe."""
 
-    def __init__(self, rep: Reporter) -> None:
+    def __init__(self, rep: Reporter, total: int | None = None) -> None:
+        self.rep, self.total = rep, total
+        self.done: list[str] = []
+        self._lock = threading.Lock()
+
+    def finish(self, name: str) -> None:
+        with self._lock:
+            self.done.append(name)
+            done = len(self.done)
+        total = max(self.total or done, done)
+        self.rep.event("unit", done=done, total=total, name=name, units_total=self.total)
+
+
+class NinjaParser:
+    """Follows ninja's ``[N/M] cmd`` and ``FAILED:`` lines, and the setup hook's ``sources`` and ``lane``
+    events."""
+
+    def __init__(self, rep: Reporter, counter: UnitCounter | None = None) -> None:
         self.rep = rep
+        self.counter = counter
+        self.lane_event: dict[str, Any] | None = None
         self.finished: list[str] = []
         self.failures: list[dict[str, Any]] = []
         self._current: dict[str, Any] | None = None
@@ -55,6 +76,10 @@ class NinjaParser:
                 if ev.get("event") == "sources":
                     self.sources_event = ev
                     self.units_total = len(ev.get("compile", [])) + len(ev.get("prebuilt", []))
+                    if self.counter is not None:
+                        self.counter.total = len(ev.get("compile", []))
+                elif ev.get("event") == "lane":
+                    self.lane_event = ev
             return
         m = NINJA_STATUS_RE.match(line)
         if m:
@@ -62,7 +87,10 @@ class NinjaParser:
             done, total, cmd = int(m.group(1)), int(m.group(2)), m.group(3)
             name = self.unit_name(cmd)
             self.finished.append(name)
-            self.rep.event("unit", done=done, total=total, name=name, units_total=self.units_total)
+            if self.counter is not None:
+                self.counter.finish(name)
+            else:
+                self.rep.event("unit", done=done, total=total, name=name, units_total=self.units_total)
             return
         m = FAILED_RE.match(line)
         if m:

@@ -17,6 +17,9 @@ from pathlib import Path
 GIB = 1024**3
 DEFAULT_JOB_GB = 4.5  # one flash-attn compile job per arch, when nothing measured says otherwise
 DEFAULT_RESERVE_GB = 2.0  # memory left to the rest of the machine
+# the binding (flash_api.cpp, host code against torch's headers) beside a kernel lane's MAX_JOBS compilers:
+# it peaked at 1.83 GiB with torch 2.14.1 (2 cores, benchmarks/results/main_job.json); kept with a margin
+BINDING_JOB_GB = 2.5
 
 # (cores, memory GiB) -> (jobs, threads, why): a planner that splits the machine (engine.schedule's)
 Planner = Callable[[int, float], tuple[int, int, str]]
@@ -72,10 +75,22 @@ def cgroup_cpu_limit() -> float | None:
 
 
 def cgroup_memory_free() -> float | None:
-    """Bytes the cgroup may still allocate (limit - usage), None when unlimited."""
-    for limit_p, usage_p in (
-        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    """Bytes the cgroup may still allocate: limit minus its working set (usage less the inactive file cache
+    the kernel reclaims before it OOM-kills, as the kubelet and ``docker stats`` count it); None when
+    unlimited. Without that, a container that has just written a torch venv looks gigabytes fuller than it is."""
+    for limit_p, usage_p, stat_p, cache_key in (
+        (
+            "/sys/fs/cgroup/memory.max",
+            "/sys/fs/cgroup/memory.current",
+            "/sys/fs/cgroup/memory.stat",
+            "inactive_file",
+        ),
+        (
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+            "/sys/fs/cgroup/memory/memory.stat",
+            "total_inactive_file",
+        ),
     ):
         limit, usage = _read(limit_p), _read(usage_p)
         if limit is None or usage is None or limit == "max":
@@ -83,7 +98,12 @@ def cgroup_memory_free() -> float | None:
         lim = int(limit)
         if lim >= 1 << 60:  # v1 "unlimited"
             continue
-        return float(max(0, lim - int(usage)))
+        inactive = 0
+        for line in (_read(stat_p) or "").splitlines():
+            key, _, value = line.partition(" ")
+            if key == cache_key and value.strip().isdigit():
+                inactive = int(value)
+        return float(max(0, lim - max(0, int(usage) - inactive)))
     return None
 
 

@@ -54,7 +54,7 @@ class RssSampler(threading.Thread):
         per_unit: dict[str, int] = {}
         for pid, size in rss.items():
             p, hops, unit = pid, 0, None
-            while p > 1 and hops < 64:
+            while p > 0 and hops < 64:  # the builder is pid 1 in a container
                 if unit is None:
                     unit = self._unit_of(p)
                 if p == self.root:
@@ -132,6 +132,30 @@ def stream(
     if smp is not None:
         facts = {"tree": smp.peak_tree, "single": smp.peak_single, "units": dict(smp.unit_peaks)}
     return rc, facts
+
+
+def run_tracked(
+    cmd: list[str], env: dict[str, str], cwd: str, started: Callable[[subprocess.Popen[str]], None]
+) -> tuple[int, str]:
+    """Run ``cmd`` to its end in its own session, stopped with the build on SIGTERM; ``started`` gets the
+    process (to stop it earlier); (exit code, output)."""
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+    )
+    _CURRENT.append(proc)
+    started(proc)
+    try:
+        out, _ = proc.communicate()
+    finally:
+        _CURRENT.remove(proc)
+    return proc.returncode, out
 
 
 def terminate_children(signum: int, frame: Any) -> None:

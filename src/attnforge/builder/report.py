@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -16,16 +17,20 @@ class Reporter:
 
     def __init__(self, log_path: Path | None) -> None:
         self.log: IO[str] | None = None
+        self.t0 = time.monotonic()  # stage windows count from here
+        self.windows: dict[str, list[float]] = {}  # stage -> [start, end] seconds from t0
+        self._lock = threading.Lock()  # the kernel lane reports from its own threads
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             self.log = open(log_path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115
 
     def line(self, text: str) -> None:
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
-        if self.log is not None:
-            self.log.write(text + "\n")
-            self.log.flush()
+        with self._lock:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+            if self.log is not None:
+                self.log.write(text + "\n")
+                self.log.flush()
 
     def event(self, event_name: str, /, **fields: Any) -> None:
         payload: dict[str, Any] = {"event": event_name}
@@ -50,6 +55,8 @@ class Stage:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        dt = round(time.monotonic() - self.start, 1)
+        end = time.monotonic()
+        dt = round(end - self.start, 1)
         self.times[self.name] = dt
+        self.rep.windows[self.name] = [round(self.start - self.rep.t0, 1), round(end - self.rep.t0, 1)]
         self.rep.event("stage", stage=self.name, status="done" if exc is None else "failed", s=dt)

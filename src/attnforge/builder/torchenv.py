@@ -164,7 +164,9 @@ def ensure_venv(spec: BuildSpec, rep: Reporter, env: dict[str, str]) -> dict[str
             run_capture([python, "-m", "venv", str(venv)], timeout=300)
         except (RuntimeError, OSError) as exc:
             raise BuildFailure(EXIT_ENV, f"cannot create a venv with {python}: {exc}") from None
-        cmd = [vpy, "-m", "pip", "install", "--progress-bar", "off", *want["pip_args"], *reqs]
+        # --no-compile: byte-compiling all of torch's sources is CPU the kernel lane needs; a build imports a
+        # small part of torch, and Python caches what it imports
+        cmd = [vpy, "-m", "pip", "install", "--progress-bar", "off", "--no-compile", *want["pip_args"], *reqs]
         rep.line("attnforge: " + " ".join(cmd))
         rc, _ = stream(cmd, pip_env(spec, env), rep)
         if rc != 0:

@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 
 from attnforge.builder.parallelism import (
+    BINDING_JOB_GB,
     DEFAULT_JOB_GB,
     DEFAULT_RESERVE_GB,
     GIB,
@@ -22,6 +23,7 @@ from attnforge.builder.parallelism import choose_parallelism as builder_choose
 from attnforge.matrix.cell import Cell
 
 __all__ = [
+    "BINDING_JOB_GB",
     "GIB",
     "JobMemoryTable",
     "Machine",

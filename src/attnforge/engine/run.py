@@ -411,7 +411,8 @@ class Engine:
                     int(event.get("total", 0)),
                     str(name) if name else None,
                 )
-            elif kind == "sources":  # the setup hook's start order: the ETA follows the estimates
+            elif kind in ("sources", "lane_plan") and not event.get("lane"):
+                # the start order (the kernel lane's plan, else the setup hook's): the ETA follows the estimates
                 est = job.spec.unit_seconds
                 order = [(s, est.get(s, 0.0)) for s in (Path(str(x)).stem for x in event.get("compile", []))]
                 if est and order:

@@ -54,6 +54,13 @@ def build_manifest(
             "compile_s": (result.get("stages") or {}).get("compile"),
             "kernel_objects_reused": (result.get("kernel_objects") or {}).get("reused"),
             "unit_times": result.get("unit_times") or {},
+            "stage_windows": result.get("stage_windows") or {},
+            "kernel_lane": {
+                k: (result.get("kernel_lane") or {}).get(k) for k in ("jobs", "linked", "mismatch")
+            }
+            if result.get("kernel_lane")
+            else None,
+            "exceptions_recheck": (result.get("import_check") or {}).get("exceptions"),
             "oom_retries": result.get("oom_retries", 0),
             "jobs_before": result.get("jobs_before"),
             "jobs_after": result.get("jobs_after"),

@@ -8,6 +8,8 @@ setup.py calls ``apply(ext_modules)`` just before ``setup()`` (the "setup-hooks"
 - ``ATTNFORGE_DEFINES="-DX -DY"``  added to both the nvcc and the host-compiler flags
 - ``ATTNFORGE_PREBUILT_OBJECTS=DIR`` link DIR's objects (DIR/manifest.json maps source -> object file)
   instead of compiling those sources
+- ``ATTNFORGE_KERNEL_LANE=DIR``   kernel units the builder compiled while torch installed (DIR/lane.json):
+  each is linked where torch's flags for it match the lane's (``normalized_flags``), else ninja compiles it
 - ``ATTNFORGE_UNIT_SECONDS="flash_api=129,flash_fwd_split_hdim128_bf16_sm80=453"`` estimated compile time
   per unit (stem): ninja starts the units longest first (units without an estimate: ``unit_cost``);
   ``start_in_order`` puts that order into torch's ninja file (setuptools sorts sources by name)
@@ -20,12 +22,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import time
 from typing import Any
 
 KERNEL_RE = re.compile(
     r"flash_(?P<kind>fwd_split|fwd|bwd)_hdim(?P<hdim>\d+)_(?P<dtype>fp16|bf16)(?P<causal>_causal)?_sm\d+\.cu$"
 )
 EXTENSION = "flash_attn_2_cuda"
+# defines only torch's and pybind11's headers read: a torch-free kernel unit compiles the same without them
+TORCH_ONLY_DEFINES = ("-DTORCH_API_INCLUDE_EXTENSION_H", "-DTORCH_EXTENSION_NAME=", "-DPYBIND11_")
 
 
 def _csv(name: str) -> list[str]:
@@ -97,11 +103,70 @@ def longest_first(sources: list[str], estimates: dict[str, float] | None = None)
     return sorted(sources, key=cost, reverse=True)
 
 
-def start_in_order(order: list[str]) -> bool:
+def normalized_flags(flags: list[str], tree: str, cuda_home: str) -> list[str]:
+    """What of a kernel unit's nvcc flags can change a torch-free object: no include folder outside the source
+    tree and the toolkit (torch's, Python's), no define only torch's headers read, no default C++11 ABI define."""
+    out = []
+    for flag in flags:
+        bare = flag.strip("'\"")
+        if bare.startswith("-I") and not bare[2:].startswith((tree, cuda_home)):
+            continue
+        if bare.startswith(TORCH_ONLY_DEFINES) or bare == "-D_GLIBCXX_USE_CXX11_ABI=1":
+            continue
+        out.append(flag)
+    return out
+
+
+def read_lane(directory: str) -> dict[str, Any]:
+    """DIR/lane.json, or {} when there is none."""
+    try:
+        with open(os.path.join(directory, "lane.json"), encoding="utf-8") as fh:
+            return dict(json.load(fh))
+    except (OSError, ValueError):
+        return {}
+
+
+def lane_units(directory: str, sources: list[str], kwargs: dict[str, Any]) -> tuple[dict[str, str], str]:
+    """{absolute source: lane object} for the sources the kernel lane compiles with torch's own flags, and
+    why none are taken when the flags differ."""
+    lane = read_lane(directory)
+    if not lane:
+        return {}, ""
+    tree, home = str(lane.get("tree", "")), str(lane.get("cuda_home", ""))
+    torch_flags = list(kwargs.get("cuda_cflags") or []) + list(kwargs.get("cuda_post_cflags") or [])
+    want = normalized_flags(torch_flags, tree, home)
+    have = normalized_flags(list(lane.get("flags", [])), tree, home)
+    if want != have:
+        diff = [f for f in want if f not in have][:3] + ["!" + f for f in have if f not in want][:3]
+        return {}, "torch's nvcc flags differ from the kernel lane's: " + " ".join(diff)
+    units = {
+        os.path.abspath(os.path.join(tree, s)): str(u["object"]) for s, u in lane.get("units", {}).items()
+    }
+    return {s: units[os.path.abspath(s)] for s in sources if os.path.abspath(s) in units}, ""
+
+
+def wait_for_lane(directory: str, taken: dict[str, str], poll: float = 1.0) -> list[str]:
+    """Wait until the lane has finished every taken unit; the sources it failed (ninja compiles those)."""
+    rel = {}
+    lane = read_lane(directory)
+    tree = str(lane.get("tree", ""))
+    for src in lane.get("units", {}):
+        rel[os.path.abspath(os.path.join(tree, src))] = src
+    while True:
+        units = read_lane(directory).get("units", {})
+        states = {s: units.get(rel.get(os.path.abspath(s), ""), {}).get("ok") for s in taken}
+        if all(v is not None for v in states.values()):
+            return [s for s, ok in states.items() if not ok]
+        time.sleep(poll)
+
+
+def start_in_order(order: list[str], lane_dir: str = "") -> bool:
     """Make torch's ninja file list the compile edges in ``order`` (ninja starts equal-priority edges in file
     order; setuptools sorts an extension's sources by name before compiling them, which put flash-attn's
     split-KV units last). Only the ninja file's order changes: the objects are linked in the sorted order
-    as before, so the .so is the same. False when this torch has no ``_write_ninja_file_and_compile_objects``."""
+    as before, so the .so is the same. With ``lane_dir`` the kernel lane's objects stand in for the units it
+    compiled with the same flags: ninja compiles the rest (the binding) meanwhile, then the lane's objects are
+    copied where torch links them. False when this torch has no ``_write_ninja_file_and_compile_objects``."""
     try:
         from torch.utils import cpp_extension
     except ImportError:
@@ -113,10 +178,29 @@ def start_in_order(order: list[str]) -> bool:
 
     def ordered(*args: Any, **kwargs: Any) -> Any:
         sources, objects = kwargs.get("sources"), kwargs.get("objects")
-        if sources is not None and objects is not None and len(sources) == len(objects):
-            pairs = sorted(zip(sources, objects), key=lambda p: rank.get(os.path.abspath(p[0]), len(rank)))  # noqa: B905 (3.8+)
-            kwargs["sources"], kwargs["objects"] = [s for s, _ in pairs], [o for _, o in pairs]
-        return original(*args, **kwargs)
+        if sources is None or objects is None or len(sources) != len(objects):
+            return original(*args, **kwargs)
+        pairs = sorted(zip(sources, objects), key=lambda p: rank.get(os.path.abspath(p[0]), len(rank)))  # noqa: B905 (3.8+)
+        taken, why = lane_units(lane_dir, sources, kwargs) if lane_dir else ({}, "")
+        if lane_dir:
+            event = {"event": "lane", "linked": sorted(os.path.basename(s) for s in taken), "mismatch": why}
+            print("@@attnforge " + json.dumps(event), flush=True)
+        rest = [p for p in pairs if p[0] not in taken]
+        result = None
+        if rest or not taken:
+            kwargs["sources"], kwargs["objects"] = [s for s, _ in rest], [o for _, o in rest]
+            result = original(*args, **kwargs)
+        if taken:
+            failed = wait_for_lane(lane_dir, taken)
+            for src, obj in pairs:
+                if src in taken and src not in failed:
+                    os.makedirs(os.path.dirname(obj), exist_ok=True)
+                    shutil.copyfile(taken[src], obj)
+            if failed:
+                again = [p for p in pairs if p[0] in failed]
+                kwargs["sources"], kwargs["objects"] = [s for s, _ in again], [o for _, o in again]
+                result = original(*args, **kwargs)
+        return result
 
     cpp_extension._write_ninja_file_and_compile_objects = ordered
     return True
@@ -158,7 +242,7 @@ def apply(ext_modules: list[Any]) -> None:
                 compile_list.append(src)
         compile_list = longest_first(compile_list, unit_seconds(os.environ.get("ATTNFORGE_UNIT_SECONDS", "")))
         ext.sources = compile_list
-        ordered = start_in_order(compile_list)
+        ordered = start_in_order(compile_list, os.environ.get("ATTNFORGE_KERNEL_LANE", ""))
         args = ext.extra_compile_args
         args["cxx"] = list(args.get("cxx", [])) + defines + host_only
         args["nvcc"] = list(args.get("nvcc", [])) + defines
@@ -169,5 +253,6 @@ def apply(ext_modules: list[Any]) -> None:
             "pruned": pruned,
             "defines": defines + host_only,
             "order": "longest first" if ordered else "by name (torch has no ninja-file hook)",
+            "lane": bool(os.environ.get("ATTNFORGE_KERNEL_LANE")),  # the builder announced the plan already
         }
         print("@@attnforge " + json.dumps(event), flush=True)

@@ -27,7 +27,7 @@ from attnforge.engine.backends.pip_config import PipOptions, pip_options
 from attnforge.engine.backends.pip_credentials import CONTAINER_NETRC
 from attnforge.engine.jobs import BUILDER_DIR, CellJob
 from attnforge.engine.progress import ProgressView
-from attnforge.engine.resources import GIB, detect_machine
+from attnforge.engine.resources import BINDING_JOB_GB, GIB, detect_machine
 from attnforge.matrix.cell import Cell, Toolkit
 from attnforge.matrix.project import Project
 from attnforge.matrix.rules import host_compiler_problem
@@ -274,7 +274,8 @@ class DockerBackend:
         if job.memory_limit_gb is not None:
             limit_gb = job.memory_limit_gb
         else:
-            limit_gb = job.parallelism.job_memory_gb * (job.spec.max_jobs or 1) + 2.0
+            # MAX_JOBS compilers, the binding that may join a kernel lane, 2 GiB for the rest
+            limit_gb = job.parallelism.job_memory_gb * (job.spec.max_jobs or 1) + BINDING_JOB_GB + 2.0
             limit_gb = (
                 min(limit_gb, detect_machine().memory_available_gb) if job.parallelism.fits else limit_gb
             )
