@@ -39,7 +39,20 @@ steps() {
   cp build/artifacts/manifest.json out/manifest.json
   ls -la build/dist
   pip_ install --no-deps build/dist/*.whl 2>&1 | tail -3; pip_ check 2>&1 | tee out/pip-check.txt  # the meta package always names -libs-cu12, not carried
-  "$V" benchmarks/fa4_speed.py --out out/speed.json > out/speed.log 2>&1
+  # FA3 for the throughput comparison, when its source snapshot came along: built here against this torch
+  # (head dims 64 and 128, bf16, backward; every other FLASH_ATTENTION_DISABLE_* switch on)
+  local fa3src fa3flag=""
+  fa3src="$(ls "$WORK"/flash-attention-3-*.tar.gz 2>/dev/null | head -1)"
+  if [ -n "$fa3src" ]; then
+    mkdir -p /tmp/fa3 && tar -xzf "$fa3src" -C /tmp/fa3
+    (cd /tmp/fa3/flash-attention-3-*/hopper &&
+      for x in SPLIT PAGEDKV APPENDKV LOCAL SOFTCAP PACKGQA FP16 FP8 VARLEN CLUSTER HDIM96 HDIM192 HDIM256 SM80 \
+        HDIMDIFF64 HDIMDIFF192; do export "FLASH_ATTENTION_DISABLE_$x=TRUE"; done &&
+      FLASH_ATTENTION_FORCE_BUILD=TRUE CC=/usr/bin/gcc CXX=/usr/bin/g++ MAX_JOBS=16 NVCC_THREADS=2 \
+        "$PY" -m pip wheel --no-build-isolation --no-deps -w /tmp/fa3/dist . > "$WORK/out/fa3-build.log" 2>&1) &&
+      pip_ install --no-deps /tmp/fa3/dist/flash_attn_3-*.whl && fa3flag="--fa3"
+  fi
+  "$V" benchmarks/fa4_speed.py $fa3flag --out out/speed.json > out/speed.log 2>&1
   "$V" benchmarks/fa4_first_call.py --decls decls.json --python "$V" --speed out/speed.json \
     --env out/env.json --out out/fa4_h100.json 2>&1 | tee out/first-call.log
   # a real caller: transformers' flash_attention_4, first training step, cold (FA4 as shipped) then warm
