@@ -139,7 +139,11 @@ def _validation_message(exc: ValidationError, node: yaml.Node | None, filename: 
     a typo), else the first error, at its file:line:col."""
     errors = exc.errors()
     err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    loc = _clean_loc(tuple(err["loc"]))
+    raw = tuple(err["loc"])
+    if err["type"] == "extra_forbidden" and raw:  # the last part is the user's own key, brackets and all
+        loc = (*_clean_loc(raw[:-1]), raw[-1])
+    else:
+        loc = _clean_loc(raw) or raw
     mark = _mark_of(_positions(node), loc) if node is not None and loc else None
     at = where(filename, mark)
     if err["type"] == "extra_forbidden":
