@@ -126,8 +126,7 @@ class Plan:
             "wheels_by_kernel": self.wheels_by_kernel(),
             "kernel_sets": len(self.kernel_sets()),
             "variants": sorted({c.variant for c in self.valid}),
-            "fa4_cells": len(self.fa4),
-        }
+        } | ({"fa4_cells": len(self.fa4)} if self.fa4 else {})
 
     def to_json(self) -> dict[str, Any]:
         cells = []
