@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from attnforge.cli import main as cli_main
-from attnforge.fa4 import declare, stack
+from attnforge.fa4 import declare
 from attnforge.fa4.package import PackageError, build_wheel, wheel_version
 from attnforge.fa4.runtime import check, fingerprint, sources_digest
+from attnforge.matrix import fa4_cells
 
 CACHE_UTILS = """\
 import os, tempfile, types
@@ -116,13 +117,13 @@ def test_declarations_parse_and_refuse_with_the_field() -> None:
 
 
 def test_stack_cells_and_rules() -> None:
-    assert stack.rules(stack.Cell(13, (2, 11), (3, 12), 90)) == []
-    assert stack.rules(stack.Cell(13, (2, 11), (3, 12), 80))[0].startswith("[fa4-arch]")
-    assert stack.rules(stack.Cell(13, (2, 10), (3, 12), 90))[0].startswith("[fa4-torch]")
-    assert stack.rules(stack.Cell(12, (2, 12), (3, 12), 100))[0].startswith("[fa4-torch-cuda]")
-    assert stack.rules(stack.Cell(13, (2, 11), (3, 9), 120))[0].startswith("[fa4-python]")
-    assert "nvidia-cutlass-dsl-libs-cu12==4.8.1" in stack.requirements(12)
-    valid = [c.id for c, why in stack.cells() if not why]
+    assert fa4_cells.rules(fa4_cells.Cell(13, (2, 11), (3, 12), 90)) == []
+    assert fa4_cells.rules(fa4_cells.Cell(13, (2, 11), (3, 12), 80))[0].startswith("[fa4-arch]")
+    assert fa4_cells.rules(fa4_cells.Cell(13, (2, 10), (3, 12), 90))[0].startswith("[fa4-torch]")
+    assert fa4_cells.rules(fa4_cells.Cell(12, (2, 12), (3, 12), 100))[0].startswith("[fa4-torch-cuda]")
+    assert fa4_cells.rules(fa4_cells.Cell(13, (2, 11), (3, 9), 120))[0].startswith("[fa4-python]")
+    assert fa4_cells.rules(fa4_cells.Cell(12, (2, 8), (3, 12), 90), [13])[0].startswith("[fa4-cuda]")
+    valid = [c.id for c, why in fa4_cells.cells() if not why]
     assert "fa4-cu13-torch2.11-py3.12-sm90" in valid and all("sm80" not in v for v in valid)
 
 

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-DTYPES = ("bf16", "fp16")
-HEAD_DIMS = (64, 96, 128, 192, 256)  # FA4's Hopper path (flash_fwd_sm90.py); others are refused
+from attnforge.matrix.fa4_cells import DTYPES, HEAD_DIMS  # FA4's Hopper path; others are refused
+
 _FIELDS = {
     "name",
     "head_dim",

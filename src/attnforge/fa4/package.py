@@ -15,15 +15,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import re
 import stat
 import zipfile
 from pathlib import Path
 from typing import Any
 
-DIST_NAME = "attnforge-fa4-kernels"
+from attnforge.matrix import fa4_cells
+
+DIST_NAME = fa4_cells.WHEEL_DIST
 IMPORT_NAME = "attnforge_fa4"
-BASE_VERSION = "0.1.0"
 PTH_NAME = "attnforge_fa4.pth"
 PTH = "import attnforge_fa4._auto\n"
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)
@@ -38,8 +38,7 @@ class PackageError(ValueError):
 def wheel_version(manifest: dict[str, Any]) -> str:
     """``0.1.0+fa4v4.0.0b36.cu13.sm90``."""
     env = manifest["env"]
-    fa4 = re.sub(r"[^a-z0-9.]", "", str(env["flash_attn_4"]).lower())
-    return f"{BASE_VERSION}+fa4v{fa4}.cu{env['cuda_major']}.sm{env['arch']}"
+    return fa4_cells.wheel_version(str(env["flash_attn_4"]), env["cuda_major"], env["arch"])
 
 
 def requirements(manifest: dict[str, Any]) -> list[str]:

@@ -12,6 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from attnforge.core.errors import ConfigurationError
+from attnforge.matrix.fa4_cells import KERNEL as FA4_KERNEL
 from attnforge.matrix.schema import Matrix
 from attnforge.matrix.yaml_bounds import LIMITS, Limits, check_size, load_bounded, where
 
@@ -166,7 +167,10 @@ def _validation_message(exc: ValidationError, node: yaml.Node | None, filename: 
 def undeclared_reference(matrix: Matrix) -> tuple[tuple[Any, ...], str] | None:
     """(where, why) for the first kernel or profile a target or `defaults` names but the file does not
     declare, so the error points at the line that names it; None when every name is declared."""
-    declared = {"kernel": list(matrix.kernels), "profile": list(matrix.profiles)}
+    declared = {
+        "kernel": [*matrix.kernels, *([FA4_KERNEL] if matrix.fa4 else [])],
+        "profile": list(matrix.profiles),
+    }
     uses: list[tuple[tuple[Any, ...], str, Any]] = []
     for axis in declared:  # a default matters only where a target's matrix leaves the axis out
         if any(getattr(t.matrix, axis) is None for t in matrix.targets.values()):
@@ -184,6 +188,8 @@ def undeclared_reference(matrix: Matrix) -> tuple[tuple[Any, ...], str] | None:
         names = declared[axis]
         guess = difflib.get_close_matches(str(value), names, n=1)
         hint = f"; did you mean '{guess[0]}'?" if guess else f"; declared: {', '.join(names)}"
+        if value == FA4_KERNEL:
+            return loc, f"kernel '{value}' needs the top-level 'fa4' section (its stack; docs/fa4.md)"
         return loc, f"{axis} '{value}' is not declared under '{axis}s'{hint}"
     return None
 

@@ -11,6 +11,8 @@ from attnforge.builder.patches import torch_free
 from attnforge.core.errors import ConfigurationError, NothingToDoError
 from attnforge.matrix.cell import Cell, Toolkit
 from attnforge.matrix.compat import CompatData, parse_version
+from attnforge.matrix.fa4_cells import KERNEL as FA4_KERNEL
+from attnforge.matrix.fa4_plan import FA4Verdict, fa4_verdicts
 from attnforge.matrix.rules import Problem, Verdict, check, host_compiler_problem
 from attnforge.matrix.schema import AXES, Matrix, TargetSpec
 from attnforge.matrix.source_lock import source_sha256
@@ -43,6 +45,7 @@ class Plan:
     target: str
     verdicts: list[Verdict]
     philox: dict[str, str] = field(default_factory=dict)  # torch family -> its offset_intragraph_ type
+    fa4: list[FA4Verdict] = field(default_factory=list)  # flash-attn-4 cells: built by `attnforge fa4 build`
 
     @property
     def valid(self) -> list[Cell]:
@@ -123,7 +126,7 @@ class Plan:
             "wheels_by_kernel": self.wheels_by_kernel(),
             "kernel_sets": len(self.kernel_sets()),
             "variants": sorted({c.variant for c in self.valid}),
-        }
+        } | ({"fa4_cells": len(self.fa4)} if self.fa4 else {})
 
     def to_json(self) -> dict[str, Any]:
         cells = []
@@ -135,7 +138,8 @@ class Plan:
             row["notes"] = v.notes
             cells.append(row)
         kernel_sets = [k.to_json() for k in self.shared_kernels()]
-        return {"summary": self.summary(), "cells": cells, "kernel_sets": kernel_sets}
+        fa4 = [v.to_json() for v in self.fa4]
+        return {"summary": self.summary(), "cells": cells, "kernel_sets": kernel_sets, "fa4_cells": fa4}
 
 
 def _norm_arch(value: Any) -> tuple[str, ...]:
@@ -238,7 +242,9 @@ def plan_target(matrix: Matrix, target: str, data: CompatData, lock: dict[str, A
         raise ConfigurationError(f"no target named '{target}' in the matrix ({hint})")
     spec = matrix.targets[target]
     combos = expand(spec, matrix.defaults.given())
-    if not combos:
+    fa4 = fa4_verdicts([c for c in combos if c["kernel"] == FA4_KERNEL], matrix.fa4)
+    combos = [c for c in combos if c["kernel"] != FA4_KERNEL]
+    if not combos and not fa4:
         raise NothingToDoError(
             f"target '{target}' expands to no cell (check its matrix, include and exclude)"
         )
@@ -247,7 +253,7 @@ def plan_target(matrix: Matrix, target: str, data: CompatData, lock: dict[str, A
     reject_same_wheel(verdicts, data)
     reject_unsupported_host_compiler(verdicts, matrix.build.base_images, data)
     philox = {t.family: t.philox_offset_intragraph for t in data.torch if t.philox_offset_intragraph}
-    return Plan(target, verdicts, philox)
+    return Plan(target, verdicts, philox, fa4)
 
 
 def reject_unsupported_host_compiler(
@@ -320,6 +326,10 @@ def select_cells(plan: Plan, cell_ids: list[str]) -> list[Cell]:
     """The valid cells to act on: all of them, or those named with --cell (an invalid one is an error)."""
     by_id = {v.cell.id: v for v in plan.verdicts}
     if not cell_ids:
+        if not plan.valid and plan.fa4 and not plan.verdicts:
+            raise NothingToDoError(
+                f"target '{plan.target}' has FA4 cells only: `attnforge fa4 build` on a GPU"
+            )
         if not plan.valid:
             reasons = "; ".join(f"{v.cell.id}: {v.reasons()[0]}" for v in plan.invalid[:3])
             raise NothingToDoError(f"target '{plan.target}' has no valid cell ({reasons})")

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from attnforge.core.kernels import KERNELS
 from attnforge.core.kernels import head_dims as kernel_head_dims
 from attnforge.matrix.destinations import Destination
+from attnforge.matrix.fa4_section import FA4Section
 
 SCHEMA_VERSION = 1
 
@@ -369,6 +370,7 @@ class Matrix(Strict):
     flex: dict[str, Any] = Field(
         default_factory=dict, description="FlexAttention cache variants (see docs/flex.md)"
     )
+    fa4: FA4Section | None = Field(None, description="FlashAttention-4: stack per CUDA major, declarations")
 
     @field_validator("kernels")
     @classmethod

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from attnforge.cli.commands.fa4 import render_fa4_cells
 from attnforge.engine.cost import PlanCost, plan_cost
 from attnforge.engine.resources import detect_machine
 from attnforge.engine.unittimes import UnitTimeTable
@@ -174,5 +175,8 @@ def command(project: Project, target: str, fmt: str, valid_only: bool, cost: boo
         return
     if fmt == "json":
         click.echo(json.dumps(plan.to_json(), indent=2))
-    else:
+        return
+    if plan.verdicts or not plan.fa4:
         render_table(plan, Console(), show_invalid=not valid_only)
+    if plan.fa4:
+        render_fa4_cells(plan.fa4, Console(), f"target '{plan.target}': FA4 cells", not valid_only)

@@ -17,7 +17,9 @@ def command(project: Project, strict: bool) -> None:
     for name in project.matrix.targets:
         plan = project.plan(name)
         s = plan.summary()
-        click.echo(f"{name}: {s['valid']} valid, {s['invalid']} invalid, {s['kernel_sets']} kernel-sets")
-        bad += s["invalid"]
+        fa4_bad = sum(not v.valid for v in plan.fa4)
+        fa4 = f", FA4 cells: {len(plan.fa4) - fa4_bad} valid, {fa4_bad} invalid" if plan.fa4 else ""
+        click.echo(f"{name}: {s['valid']} valid, {s['invalid']} invalid, {s['kernel_sets']} kernel-sets{fa4}")
+        bad += s["invalid"] + fa4_bad
     if strict and bad:
         raise ConfigurationError(f"{bad} invalid cell(s); run `attnforge plan --target T` for the reasons")
