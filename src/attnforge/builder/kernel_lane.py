@@ -105,8 +105,12 @@ def unit_flags(
     """One kernel unit's nvcc arguments before and after ``-c SRC -o OBJ``, in the order torch writes them
     into build.ninja (its ``cuda_cflags`` and ``cuda_post_cflags``), unquoted."""
     pre = [f"-I{tree / d}" for d in INCLUDE_DIRS] + [f"-I{os.path.join(cuda_home, 'include')}", "-c"]
-    post = [*TORCH_NVCC_FLAGS, *nvcc_flags, *gencode(env.get("FLASH_ATTN_CUDA_ARCHS", ""))]
+    policy = [g for g in env.get("ATTNFORGE_GENCODE", "").split(";") if g]  # the setup hook's replacement
+    post = [*TORCH_NVCC_FLAGS, *nvcc_flags]
+    post += [] if policy else gencode(env.get("FLASH_ATTN_CUDA_ARCHS", ""))
     post += ["--threads", env.get("NVCC_THREADS") or "4", *env.get("ATTNFORGE_DEFINES", "").split()]
+    for pair in policy:  # the hook drops setup.py's -gencode pairs and appends these after its defines
+        post += ["-gencode", pair]
     if env.get("CC"):
         post += ["-ccbin", env["CC"]]
     return pre, post
@@ -135,7 +139,8 @@ class KernelLane:
         self.flags: list[str] = []  # pre + post, shell-quoted as torch passes them to its ninja file
         self.binding: list[str] = []  # the sources left to ninja (they need torch)
         self.started = time.monotonic() if t0 is None else t0  # unit times count from here
-        self.sampler = RssSampler(os.getpid())  # the lane's compilers are the builder's children
+        # the lane's compilers are the builder's children; sampled often enough for a unit of a few seconds
+        self.sampler = RssSampler(os.getpid(), interval=0.25)
         self._threads: list[threading.Thread] = []
         self._queue: list[str] = []
         self._lock = threading.Lock()
