@@ -43,6 +43,7 @@ from .report import Reporter, Stage
 from .source import archive_epoch, fetch_source, prepare_tree
 from .spec import BuildSpec
 from .torchenv import ensure_venv, variant_mismatch
+from .vendored import cutlass_facts
 
 RUSAGE_WRAP = Path(__file__).resolve().parent / "rusage_wrap.py"
 RESULT_KEYS = (
@@ -162,6 +163,9 @@ def build(spec: BuildSpec, rep: Reporter, result: dict[str, Any]) -> None:
     result["patches_applied"] = patches
     with Stage(rep, times, "unpack"):
         tree = prepare_tree(spec, archive, patches, rep)
+        cutlass = cutlass_facts(tree, Path(spec.build_dir) / "src")
+        if cutlass is not None:  # for the SBOM: CUTLASS as the source vendors it
+            result["vendored"] = {"cutlass": cutlass}
     base_env = dict(os.environ)
     with Stage(rep, times, "venv"):
         venv = ensure_venv(spec, rep, base_env)
