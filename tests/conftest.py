@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +21,24 @@ MINI_COMPAT = ROOT / "tests" / "data" / "compat_mini.toml"
 # matrix.yaml's FA3 source is the upstream commit (git); these machines can't reach GitHub, so the tests take
 # its pinned snapshot from the shared folder beside the checkout (CI and the GPU machine set their own).
 os.environ.setdefault("ATTNFORGE_SOURCES", str(ROOT.parent / "shared" / "sources"))
+
+# The user's own configuration is never written: a test that signs without a configured key makes the local key
+# in this run's own folder (`$ATTNFORGE_CONFIG_DIR`, inherited by every subprocess), removed at exit.
+# `pytest_sessionfinish` fails the run if the user's folder got a key anyway (a subprocess given a bare env).
+USER_LOCAL_KEY = (
+    Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "attnforge" / "signing-key.pem"
+)
+_KEY_BEFORE = USER_LOCAL_KEY.exists()
+_CONFIG_DIR = tempfile.mkdtemp(prefix="attnforge-test-config-")
+os.environ["ATTNFORGE_CONFIG_DIR"] = _CONFIG_DIR
+atexit.register(shutil.rmtree, _CONFIG_DIR, True)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A run that created a signing key in the user's own configuration fails, naming the file."""
+    if not _KEY_BEFORE and USER_LOCAL_KEY.exists():
+        print(f"\nERROR: the test run created {USER_LOCAL_KEY}: tests must sign with their own keys")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture

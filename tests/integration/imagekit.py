@@ -24,7 +24,7 @@ import pytest
 
 from attnforge.core.docker_cli import docker_executable
 from attnforge.core.pins import cpu_torch
-from attnforge.images.localindex import LocalIndexServer, Sources
+from attnforge.engine.backends.localindex import LocalIndexServer, Sources
 from attnforge.images.standin import standin_torch_version
 
 ROOT = Path(__file__).resolve().parents[2]

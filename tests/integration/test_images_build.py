@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.images.localindex import Sources
+from attnforge.engine.backends.localindex import Sources
+from attnforge.engine.backends.pipplan import PipPlan
 from attnforge.images.localregistry import LocalRegistry
-from attnforge.images.pipplan import PipPlan
 from attnforge.images.record import ImageSet, read_record
 from attnforge.images.standin import ensure_standin
 

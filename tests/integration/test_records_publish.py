@@ -25,10 +25,10 @@ from typing import Any
 import pytest
 import yaml
 
-from attnforge.wheels.wheelio import Member, write_wheel
 from tests.integration.wheelfactory import VENV_BIN, attnforge_serve, pip_install
+from tests.unit.test_wheels_pure import manifest as pure_manifest
+from tests.unit.test_wheels_pure import raw_wheel
 
-BUILT_LOCAL = "rocm6.4torch2.9cxx11abitrue.triton"
 WHEEL = "flash_attn-2.8.3+rocm6.4torch2.9cxx11abiTRUE.triton-py3-none-any.whl"
 VARIANT = "rocm6.4-torch2.9"
 RECORDS = (".provenance.intoto.json", ".cdx.json", ".parity.intoto.json")
@@ -62,50 +62,21 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def raw_manifest(wheel: str) -> dict[str, Any]:
-    """What the build engine hands finalize for a ROCm Triton cell (tests/unit/test_wheels_pure.py)."""
+    """What the build engine hands finalize for a ROCm Triton cell (`test_wheels_pure.manifest`), with the
+    source, patches and the build's own facts that the provenance records."""
+    data = pure_manifest(wheel, source="pypi-sdist", source_sha256="9" * 64, patches=["setup-hooks"])
     return {
-        "schema": 1,
-        "cell_id": "flash-attn-2.8.3-rocm6.4-torch2.9.1-cp312-abi1-gfx90a-gfx942-triton-x86_64",
-        "variant": VARIANT,
-        "local_version": "rocm6.4torch2.9cxx11abiTRUE.triton",
-        "kernel": "flash-attn",
-        "kernel_version": "2.8.3",
-        "wheel": wheel,
-        "inputs": {
-            "source": "pypi-sdist",
-            "source_sha256": "9" * 64,
-            "toolkit": "rocm6.4",
-            "torch": "2.9.1",
-            "torch_variant": "rocm6.4",
-            "python": "3.12",
-            "cxx11_abi": True,
-            "arches": ["gfx90a", "gfx942"],
-            "profile": "triton",
-            "rocm_backend": "triton",
-            "patches": ["setup-hooks"],
-        },
+        **data,
         "toolchain": {"python": "3.12.3", "torch": "2.9.1+cpu"},
         "build": {"backend": "local", "wall_s": 1.0},
-        "rocm": {"rocm_backend": "triton", "ck_kernels": False, "compiled_arches": [], "pure_python": True},
         "platform_tag": None,
         "parity": None,
     }
 
 
 def write_raw(folder: Path) -> Path:
-    dist_info = f"flash_attn-2.8.3+{BUILT_LOCAL}.dist-info"
-    members = {
-        "flash_attn/__init__.py": Member(b"__version__ = '2.8.3'\n"),
-        "flash_attn/flash_attn_triton_amd/__init__.py": Member(b"KERNELS = 'triton'\n"),
-        f"{dist_info}/METADATA": Member(
-            f"Metadata-Version: 2.1\nName: flash_attn\nVersion: 2.8.3+{BUILT_LOCAL}\nRequires-Dist: torch\n\n".encode()
-        ),
-        f"{dist_info}/WHEEL": Member(b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"),
-        f"{dist_info}/top_level.txt": Member(b"flash_attn\n"),
-    }
-    wheel = write_wheel(
-        folder, f"flash_attn-2.8.3+{BUILT_LOCAL}-py3-none-any.whl", dist_info, members, 1700000000
-    )
+    """The pure wheel of `test_wheels_pure.raw_wheel` with `raw_manifest` beside it."""
+    wheel = raw_wheel(folder)
     wheel.with_name(wheel.name + ".manifest.json").write_text(json.dumps(raw_manifest(wheel.name)))
     return wheel
 

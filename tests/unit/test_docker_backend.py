@@ -31,7 +31,9 @@ def fake_docker(tmp_path: Path, images: list[str]) -> Path:
         f'echo "$*" >> {shlex.quote(str(tmp_path / "calls"))}\n'
         'case "$1" in\n'
         "  image) for i in " + known + '; do [ "$5" = "$i" ] && echo "sha256:$i" && exit 0; done; exit 1;;\n'
-        '  build) for n in $(seq 1 20); do echo "step $n"; done; echo "BUILDKIT=$DOCKER_BUILDKIT" >&2; exit 1;;\n'
+        '  build) for a in "$@"; do case "$a" in id=pip_conf,src=*) cat "${a#id=pip_conf,src=}" >> '
+        f"{shlex.quote(str(tmp_path / 'pip.conf.seen'))};; esac; done\n"
+        '    for n in $(seq 1 20); do echo "step $n"; done; echo "BUILDKIT=$DOCKER_BUILDKIT" >&2; exit 1;;\n'
         "  run) echo 'ldd (Debian GLIBC 2.36-9+deb12u4) 2.36'; exit 0;;\n"
         "esac\n"
         "exit 2\n"
@@ -71,3 +73,30 @@ def test_builder_image_failure_message(tmp_path: Path) -> None:
     assert info.value.message == f"building the cuda13.0 builder image failed (log {log}):\n{tail}"
     build = next(c for c in (tmp_path / "calls").read_text().splitlines() if c.startswith("build "))
     assert f"BASE_IMAGE={LOCAL_BASE}" in build and "-t attnforge/cuda-builder:cu130-" in build
+    assert "id=pip_conf,src=" in build and "PIP_INDEX_URL" not in build
+
+
+def test_the_cuda_step_gets_the_builds_pip_settings_as_secrets(tmp_path: Path) -> None:
+    """The builder image's CUDA-from-PyPI step reads build.pip: the index in a pip.conf secret, the password in
+    the netrc secret; neither is on the `docker build` line (build arguments land in `docker history`)."""
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine idx.example login forge password SECRET-0123456789abcdef\n")
+    netrc.chmod(0o600)
+    data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
+    data["build"] |= {"output_dir": str(tmp_path / "wheels"), "local_base": True, "base_images": {}}
+    data["build"]["pip"] = {
+        "inherit_host_config": False,
+        "index_url": "https://idx.example/simple/",
+        "extra_index_urls": ["https://mirror.example/simple/"],
+        "netrc": str(netrc),
+    }
+    (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    backend = DockerBackend(Project(tmp_path / "matrix.yaml", MINI), str(fake_docker(tmp_path, [LOCAL_BASE])))
+    with pytest.raises(EnvironmentProblem), PlainProgressView() as view:
+        backend.ensure_builder(Toolkit("cuda", "13.0"), view)
+    build = next(c for c in (tmp_path / "calls").read_text().splitlines() if c.startswith("build "))
+    assert f"id=pip_netrc,src={netrc}" in build and "id=pip_conf,src=" in build
+    assert "SECRET-" not in build and "idx.example" not in build and "PIP_INDEX_URL" not in build
+    conf = (tmp_path / "pip.conf.seen").read_text()
+    assert "index-url = https://idx.example/simple/" in conf
+    assert "extra-index-url = https://mirror.example/simple/" in conf and "SECRET-" not in conf

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from attnforge.builder.files import sha256_file
+from attnforge.builder.vendored import cutlass_facts
 from attnforge.core.errors import ConfigurationError
 from attnforge.engine.sources import fetch_source
 from attnforge.matrix.schema import KernelSpec, SourceSpec
@@ -43,6 +44,9 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     cutlass = root / "cutlass"
     (cutlass / "include" / "cutlass").mkdir(parents=True)
     (cutlass / "include" / "cutlass" / "cutlass.h").write_text("// cutlass\n")
+    (cutlass / "include" / "cutlass" / "version.h").write_text(
+        "#define CUTLASS_MAJOR 3\n#define CUTLASS_MINOR 9\n#define CUTLASS_PATCH 2\n"
+    )
     git("init", "-q", "-b", "main", cwd=cutlass)
     git("add", ".", cwd=cutlass)
     git("commit", "-q", "-m", "cutlass", cwd=cutlass)
@@ -87,6 +91,15 @@ def test_the_pinned_commit_becomes_a_reproducible_archive(upstream: tuple[Path, 
     assert f"{top}/hopper/setup.py" in members and not any(".git" in n.split("/") for n in members)
     assert members[f"{top}/hopper/run.sh"].mode == 0o755 and members[f"{top}/hopper/setup.py"].mode == 0o644
     assert {m.uid for m in members.values()} == {0} and len({m.mtime for m in members.values()}) == 1
+    # the submodule's pinned commit survives the packing (no .git in the archive) and reaches the SBOM's facts
+    with tarfile.open(a.path) as tar:
+        tar.extractall(tmp_path / "unpacked")
+    facts = cutlass_facts(tmp_path / "unpacked" / top / "hopper", tmp_path / "unpacked")
+    cutlass_head = git("rev-parse", "HEAD", cwd=fa.parent / "cutlass")
+    assert (
+        facts is not None and facts["commit"] == cutlass_head and facts["commit_from"] == "git source record"
+    )
+    assert facts["version"] == "3.9.2" and facts["files"] == 2 and facts["path"] == "csrc/cutlass"
 
 
 def test_an_unpinned_ref_is_refused(upstream: tuple[Path, str], tmp_path: Path) -> None:

@@ -18,12 +18,12 @@ from attnforge.client.pull import Candidate, Host, arch_fit, evaluate
 from attnforge.core.docker_cli import Docker, pushed_digest, redact
 from attnforge.core.errors import ConfigurationError, PublishError
 from attnforge.core.package_files import packaged_docker_dir
+from attnforge.engine.backends.localindex import LocalIndexServer, Sources, project_of
 from attnforge.engine.backends.pip_config import PipOptions
+from attnforge.engine.backends.pipplan import plan_pip
 from attnforge.engine.base_images import BaseRecord, load_bases, write_bases
 from attnforge.images import push as push_mod
 from attnforge.images.credentials import resolve_credentials
-from attnforge.images.localindex import LocalIndexServer, Sources, project_of
-from attnforge.images.pipplan import plan_pip
 from attnforge.images.record import BuiltImage, ImageSet
 from attnforge.images.registry import Manifest, is_loopback
 from attnforge.images.requests import (

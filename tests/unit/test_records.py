@@ -26,6 +26,7 @@ from attnforge.wheels.records import (
 )
 from attnforge.wheels.sbom import cutlass_commit, make_sbom
 from attnforge.wheels.signing_keys import (
+    CONFIG_DIR_ENV,
     KEY_ENV,
     TRUSTED_ENV,
     SigningConfig,
@@ -44,7 +45,7 @@ SHA = "ab" * 32
 @pytest.fixture
 def keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    for var in (KEY_ENV, TRUSTED_ENV):
+    for var in (KEY_ENV, TRUSTED_ENV, CONFIG_DIR_ENV):
         monkeypatch.delenv(var, raising=False)
     generate_key(tmp_path / "keys" / "site.pem")
     generate_key(tmp_path / "keys" / "other.pem")
@@ -66,8 +67,15 @@ def test_keys_come_from_env_then_config_then_a_local_key(
     said: list[str] = []
     local = signing_key(SigningConfig(), log=said.append)
     assert local is not None and local.path == tmp_path / "config" / "attnforge" / "signing-key.pem"
-    assert (local.path.stat().st_mode & 0o777) == 0o600 and "generated this machine's local key" in said[0]
+    assert (local.path.stat().st_mode & 0o777) == 0o600 and "created this machine's local key" in said[0]
+    assert f"at {local.path} (public half {local.path.with_suffix('.pub')}" in said[0]  # says where
     assert signing_key(SigningConfig(), log=said.append).keyid == local.keyid and len(said) == 1  # made once
+    # $ATTNFORGE_CONFIG_DIR (what the test suite sets for itself) wins over $XDG_CONFIG_HOME
+    monkeypatch.setenv(CONFIG_DIR_ENV, str(tmp_path / "own"))
+    own = signing_key(SigningConfig(), log=said.append)
+    assert own is not None and own.path == tmp_path / "own" / "signing-key.pem" and own.keyid != local.keyid
+    assert str(tmp_path / "own" / "signing-key.pem") in said[1]
+    monkeypatch.delenv(CONFIG_DIR_ENV)
     configured = signing_key(SigningConfig(keys / "site.pem"))
     assert configured is not None and configured.origin == "matrix.yaml signing.key"
     monkeypatch.setenv(KEY_ENV, str(keys / "other.pem"))
@@ -231,7 +239,30 @@ def test_the_sbom_lists_what_the_wheel_bundles_and_pins(finalized: Path) -> None
     assert by_name["torch"]["version"] == "2.9.1" and by_name["torch"]["scope"] == "required"
     assert {"name": "attnforge:requirement", "value": "torch==2.9.*"} in by_name["torch"]["properties"]
     assert by_name["rocm-runtime"]["version"] == "6.4"
-    assert by_name["cutlass"]["version"] == "unrecorded"  # FA2 2.8.3: the compat data names no commit
+    # no reading of the tree in this manifest and no commit in the compat data for FA2 2.8.3: said so
+    props = {p["name"]: p["value"] for p in by_name["cutlass"]["properties"]}
+    assert by_name["cutlass"]["version"] == "unknown" and props["attnforge:commit"] == "unknown"
+    assert props["attnforge:commit_from"] == "unknown: not recorded in the compat data for this release"
     (deps,) = [d for d in bom["dependencies"] if d["ref"] == finalized.name]
     assert set(deps["dependsOn"]) == {"flash-attn-2.8.3-source", "cutlass", "accelerator-runtime", "torch"}
     assert cutlass_commit("flash-attn-3", "3.0.0") == "7127592069c2fe01b041e174ba4345ef9b279671"
+
+
+def test_the_sbom_names_cutlass_as_the_build_read_it(finalized: Path) -> None:
+    """The builder's reading of the vendored tree (manifest `vendored`) gives the version, the tree hash and,
+    where the tree knew it, the commit; an sdist without git metadata says the commit is unknown and why."""
+    manifest = read_manifest(manifest_path_for(finalized))
+    seen = {"path": "csrc/cutlass", "version": "3.9.2", "tree_sha256": "c" * 64, "files": 1234}
+    bom = json.loads(make_sbom(finalized, {**manifest, "vendored": {"cutlass": {**seen, "commit": None}}}))
+    cutlass = next(c for c in bom["components"] if c["name"] == "cutlass")
+    props = {p["name"]: p["value"] for p in cutlass["properties"]}
+    assert cutlass["version"] == "3.9.2" and "purl" not in cutlass
+    assert props["attnforge:tree_sha256"] == "c" * 64 and props["attnforge:tree_files"] == "1234"
+    assert props["attnforge:commit_from"] == "unknown: the source vendors csrc/cutlass without git metadata"
+    commit = "7127592069c2fe01b041e174ba4345ef9b279671"
+    pinned = {**seen, "commit": commit, "commit_from": "git source record"}
+    bom = json.loads(make_sbom(finalized, {**manifest, "vendored": {"cutlass": pinned}}))
+    cutlass = next(c for c in bom["components"] if c["name"] == "cutlass")
+    props = {p["name"]: p["value"] for p in cutlass["properties"]}
+    assert cutlass["purl"] == f"pkg:github/nvidia/cutlass@{commit}" and props["attnforge:commit"] == commit
+    assert props["attnforge:commit_from"] == "the source tree (git source record)"

@@ -30,6 +30,12 @@ def test_destination_validation() -> None:
         Destination(kind="pypiserver", url="http://h/", password_env="A", password_file="f")
     with pytest.raises(ValidationError, match="extra"):
         Destination.model_validate({"kind": "static", "path": "x", "password": SECRET})
+    # a records folder is for an index server, which keeps packages only; a static index serves them itself
+    assert Destination(kind="pypiserver", url="http://h/", records="records").records == "records"
+    with pytest.raises(
+        ValidationError, match="'records' is for a 'pypiserver' destination: a 'static' one serves"
+    ):
+        Destination(kind="static", path="x", records="records")
 
 
 def test_ad_hoc_targets_never_echo_a_password() -> None:

@@ -52,6 +52,7 @@ from .report import Reporter, Stage
 from .source import archive_epoch, fetch_source, prepare_tree
 from .spec import BuildSpec
 from .torchenv import ensure_venv, variant_mismatch
+from .vendored import cutlass_facts
 
 RUSAGE_WRAP = Path(__file__).resolve().parent / "rusage_wrap.py"
 RESULT_KEYS = (
@@ -194,6 +195,9 @@ def build(spec: BuildSpec, rep: Reporter, result: dict[str, Any]) -> None:
     result["patches_applied"] = patches
     with Stage(rep, times, "unpack"):
         tree = prepare_tree(spec, archive, patches, rep)
+        cutlass = cutlass_facts(tree, Path(spec.build_dir) / "src")
+        if cutlass is not None:  # for the SBOM: CUTLASS as the source vendors it
+            result["vendored"] = {"cutlass": cutlass}
     base_env = dict(os.environ)
     home = cuda_home(base_env)
     toolkit_cxx = None if spec.pure_python else gcc_for_toolkit(spec.max_gcc, base_env, rep)

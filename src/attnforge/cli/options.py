@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,4 +29,13 @@ static_destination_option = click.option(
     default="local",
     show_default=True,
     help="The static destination of matrix.yaml (or a folder) that holds the wheel.",
+)
+
+
+records_url_option = click.option(
+    "--records-url",
+    default=lambda: os.environ.get("ATTNFORGE_RECORDS_URL"),
+    show_default="$ATTNFORGE_RECORDS_URL",
+    help="With --verify: where the wheels' signed records are, as <URL>/<project>/<wheel><suffix> (the "
+    "served `records` folder of a pypiserver destination); default: beside the wheel in the index.",
 )

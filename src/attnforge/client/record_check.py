@@ -1,7 +1,8 @@
 """`which --verify` and `doctor --verify`: an offered or installed wheel checked against its signed records.
 
 Offered: the index serves `<wheel>.provenance.intoto.json`, `.cdx.json` and `.parity.intoto.json` beside
-the wheel; the provenance must be signed by a trusted key and be about the sha256 the index lists for the
+the wheel (a static index), or a records folder holds them as `<records_url>/<project>/<wheel><suffix>` (an
+index server such as pypiserver keeps packages only: `--records-url`); the provenance must be signed by a trusted key and be about the sha256 the index lists for the
 file (the hash pip checks when it downloads it), the SBOM must have the digest the provenance names, the
 served manifest must say what was signed, and a parity record, when there is one, must verify too.
 Installed: the installed distribution (name, version, WHEEL tags) is found in the index, checked as
@@ -89,19 +90,39 @@ def offered(index_url: str, project: str, pick: Any, reader: IndexReader | None 
     raise RecordRefused(f"no matching {project} wheel in {index_url}")
 
 
+def records_base(wheel: Offered, records_url: str | None) -> str:
+    """Where `wheel`'s records are: beside it (a static index), or `<records_url>/<project>/<wheel>` (an index
+    server's records folder, `publish.record_site`)."""
+    if not records_url:
+        return wheel.url
+    project = canonicalize_name(parse_wheel_filename(wheel.filename)[0])
+    return f"{records_url.rstrip('/')}/{project}/{wheel.filename}"
+
+
 def verify_offered(
-    wheel: Offered, trusted: Sequence[TrustedKey], reader: IndexReader | None = None
+    wheel: Offered,
+    trusted: Sequence[TrustedKey],
+    reader: IndexReader | None = None,
+    records_url: str | None = None,
 ) -> list[RecordLine]:
-    """Check the records the index serves beside `wheel` (module docstring), read within `reader`'s budget;
-    RecordRefused on a bad one."""
+    """Check the records the index serves beside `wheel`, or `records_url` holds for it (module docstring),
+    read within `reader`'s budget; RecordRefused on a bad one."""
     reader = reader or IndexReader()
-    manifest_raw = _fetch(reader, wheel.url + ".manifest.json")
+    base = records_base(wheel, records_url)
+    manifest_raw = _fetch(reader, base + ".manifest.json")
     manifest = json.loads(manifest_raw) if manifest_raw else None
+    provenance = _fetch(reader, base + PROVENANCE_SUFFIX)
+    if provenance is None and not records_url:
+        raise RecordRefused(
+            f"{wheel.filename}: no signed build provenance beside the wheel ({base}{PROVENANCE_SUFFIX}); an "
+            "index server such as pypiserver keeps packages only: pass --records-url, the URL its publish "
+            "destination's `records` folder is served at"
+        )
     build = verify_build(
         wheel.filename,
         wheel.sha256,
-        _fetch(reader, wheel.url + PROVENANCE_SUFFIX),
-        _fetch(reader, wheel.url + SBOM_SUFFIX),
+        provenance,
+        _fetch(reader, base + SBOM_SUFFIX),
         trusted,
         manifest,
     )
@@ -118,7 +139,7 @@ def verify_offered(
     ]
     if manifest is not None:
         lines.append(RecordLine("manifest", "ok", "says what the provenance signed"))
-    parity_raw = _fetch(reader, wheel.url + PARITY_SUFFIX)
+    parity_raw = _fetch(reader, base + PARITY_SUFFIX)
     if parity_raw is None:
         lines.append(RecordLine("parity", "warn", "no signed parity record beside the wheel"))
     else:
@@ -190,13 +211,18 @@ def _record_rows(wheel_bytes: bytes) -> list[tuple[str, str]]:
 
 
 def verify_installed(
-    python: str | None, index_url: str, project: str, trusted: Sequence[TrustedKey]
+    python: str | None,
+    index_url: str,
+    project: str,
+    trusted: Sequence[TrustedKey],
+    records_url: str | None = None,
 ) -> list[RecordLine]:
-    """The installed wheel is one the index offers with good records, file for file (module docstring)."""
+    """The installed wheel is one the index offers with good records (beside it, or under `records_url`),
+    file for file (module docstring)."""
     dist = installed(python, project)
     reader = IndexReader()
     wheel = offered(index_url, project, _same_wheel(dist), reader)
-    lines = verify_offered(wheel, trusted, reader)
+    lines = verify_offered(wheel, trusted, reader, records_url)
     body = _fetch(IndexReader(total_s=WHEEL_BUDGET_S), wheel.url, MAX_WHEEL_BYTES)
     if body is None:
         raise RecordRefused(f"{wheel.url}: not found")

@@ -1,7 +1,8 @@
 """`attnforge which`: the exact wheel of an index that fits this environment, or why none does.
 
 The index is read through its PEP 691 JSON (`<url>/all/simple/flash-attn/`, `Accept:
-application/vnd.pypi.simple.v1+json`; a static server without negotiation is asked for `index.json`).
+application/vnd.pypi.simple.v1+json`; a static server without negotiation is asked for `index.json`; a server
+with PEP 503 HTML only, such as pypiserver, is read from its links).
 Each wheel is compared with the environment axis by axis: Python, platform, torch release family (a
 stable-ABI wheel, `+cu130sm90atorch2.9abi3`: any torch from its floor on), accelerator (CUDA/ROCm version of
 the torch build; a stable-ABI wheel also runs on a newer CUDA minor of the same major), C++ ABI, profile, and with a GPU its compute
@@ -37,6 +38,7 @@ from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.engine.environment import Env, interpreter_abis
 from attnforge.publish.index import ALL, JSON_TYPE
 from attnforge.publish.install_commands import pip_command, uv_config
+from attnforge.publish.simple_html import read_simple_html
 from attnforge.wheels.naming import PROJECT, LocalParts, parse_local
 
 
@@ -103,6 +105,7 @@ def fetch_project(
     base = _as_url(index_url)
     tried: list[str] = []
     corrupt: list[str] = []
+    html_only: tuple[str, dict[str, Any]] | None = None  # a PEP 503 page, when no JSON is found (pypiserver)
     for page in (urljoin(base, f"{ALL}/simple/{project}/"), urljoin(base, f"{project}/")):
         targets = [page + "index.json"] if _is_local(base) else [page, page + "index.json"]
         for target in targets:
@@ -115,6 +118,9 @@ def fetch_project(
                 continue
             if "json" not in ctype and not target.endswith(".json"):
                 tried.append(f"{target} ({ctype or 'no Content-Type'}, not JSON)")
+                listed = read_simple_html(body.decode("utf-8", errors="replace")) if "html" in ctype else None
+                if listed and listed["files"] and html_only is None:
+                    html_only = (page, listed)
                 continue  # an HTML-only server: ask for the JSON file itself
             try:
                 data = json.loads(body)
@@ -131,6 +137,8 @@ def fetch_project(
             if not version.startswith("1."):
                 raise ConfigurationError(f"{target}: PEP 691 api-version {version} is not supported")
             return page, data
+    if html_only is not None:  # a PEP 503-only server (pypiserver): its links, as PEP 691 would list them
+        return html_only
     if corrupt:
         raise EnvironmentProblem(f"corrupt index page: {corrupt[0]}")
     raise ConfigurationError(

@@ -3,7 +3,8 @@
 # Build with BuildKit and an (empty or tiny) context, e.g.
 #   DOCKER_BUILDKIT=1 /usr/bin/docker build -f docker/cuda-builder.Dockerfile \
 #       --build-arg BASE_IMAGE=local/debian:bookworm --build-arg CUDA_FROM=pypi --build-arg CUDA_VERSION=13.0 \
-#       --secret id=ca_bundle,src=/etc/ssl/certs/ca-certificates.crt -t attnforge/cuda-builder:cu130 docker/
+#       --secret id=ca_bundle,src=/etc/ssl/certs/ca-certificates.crt \
+#       [--secret id=pip_conf,src=pip.conf --secret id=pip_netrc,src=netrc] -t attnforge/cuda-builder:cu130 docker/
 # There is deliberately no "# syntax=" line: it would pull a frontend image from Docker Hub.
 #
 # BASE_IMAGE  an nvidia/cuda:<ver>-devel-<os> image (CUDA_FROM=base) or a plain Debian/Ubuntu image
@@ -15,7 +16,10 @@
 # HOST_GCC    the newest gcc major the toolkit accepts (compat.toml max_gcc; the docker backend passes it).
 #             When the base's default g++ is newer, the newest g++-N (N <= HOST_GCC) its apt offers is
 #             installed beside it (the builder picks it); a base offering none fails here, before any cell.
-# The CA bundle (secret "ca_bundle") is visible to pip during the step only, never stored in a layer.
+# pip's indexes for the CUDA wheels come as BuildKit secrets, visible during that step only and never stored in
+# a layer or shown by `docker history`: "pip_conf" (a pip.conf naming the build's index, extra indexes and
+# find-links: the same settings as the builds' pip, build.pip; none given: pip's default index), "pip_netrc"
+# (the indexes' credentials, read by pip through $NETRC) and "ca_bundle" (an extra CA bundle).
 # Nothing here installs torch or flash-attn: the per-cell builder (attnforge.builder) does that in a venv on
 # a mounted cache volume, so one image serves every torch/Python cell of a CUDA variant.
 
@@ -26,8 +30,6 @@ ARG CUDA_FROM=pypi
 ARG CUDA_VERSION=13.0
 ARG HOST_GCC=
 ARG CUDA_PIP_PACKAGES="nvidia-cuda-nvcc nvidia-cuda-runtime nvidia-cuda-cccl nvidia-cuda-crt nvidia-nvvm"
-ARG PIP_INDEX_URL=https://pypi.org/simple
-ARG PIP_EXTRA_INDEX_URL=
 # Shared libraries a CPython built on a bookworm host (pyenv, mounted read-only) needs at run time.
 ARG PYTHON_RUNTIME_LIBS="libssl3 libffi8 libsqlite3-0 libbz2-1.0 liblzma5 zlib1g libreadline8 libncursesw6 libuuid1"
 
@@ -51,14 +53,18 @@ RUN apt-get update \
     fi \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
 
-RUN --mount=type=secret,id=ca_bundle --mount=type=cache,target=/root/.cache/pip \
+RUN --mount=type=secret,id=ca_bundle --mount=type=secret,id=pip_conf --mount=type=secret,id=pip_netrc \
+    --mount=type=cache,target=/root/.cache/pip \
     set -eu; \
     if [ "${CUDA_FROM}" = "pypi" ]; then \
         cert=""; if [ -s /run/secrets/ca_bundle ]; then cert="--cert /run/secrets/ca_bundle"; fi; \
-        extra=""; if [ -n "${PIP_EXTRA_INDEX_URL}" ]; then extra="--extra-index-url ${PIP_EXTRA_INDEX_URL}"; fi; \
+        if [ -s /run/secrets/pip_conf ]; then export PIP_CONFIG_FILE=/run/secrets/pip_conf; \
+        else export PIP_CONFIG_FILE=/dev/null; fi; \
+        if [ -s /run/secrets/pip_netrc ]; then export NETRC=/run/secrets/pip_netrc; \
+            echo "index credentials: given as a secret (netrc)"; fi; \
         reqs=""; for p in ${CUDA_PIP_PACKAGES}; do reqs="$reqs $p==${CUDA_VERSION}.*"; done; \
         python3 -m venv /tmp/pipenv; \
-        /tmp/pipenv/bin/pip install $cert --index-url "${PIP_INDEX_URL}" $extra \
+        /tmp/pipenv/bin/pip install $cert \
             --no-deps --only-binary=:all: --target /opt/cuda-pypi $reqs; \
         rm -rf /tmp/pipenv; \
         major="${CUDA_VERSION%%.*}"; \

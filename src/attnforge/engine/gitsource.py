@@ -3,7 +3,7 @@
 the cache. The builder then takes it like any archive and never runs git (builds have no network).
 
 The archive (`<kernel>-git-<commit12>.tar.gz`, top folder `<kernel>-<commit12>/`) holds the work tree without
-`.git`: members sorted, owner 0, mode 644/755, every mtime the commit's time, gzip without a timestamp, so the
+`.git`, plus `.attnforge-git.json` naming the commit and each submodule's pinned commit: members sorted, owner 0, mode 644/755, every mtime the commit's time, gzip without a timestamp, so the
 same commit gives the same bytes (its sha256 is what the build records).
 """
 
@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import os
 import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
 
+from attnforge.builder.vendored import GIT_RECORD
 from attnforge.core.errors import BuildError, EnvironmentProblem
 from attnforge.core.kernels import facts
 
@@ -45,6 +47,14 @@ def checkout(url: str, commit: str, submodules: list[str], dest: Path) -> int:
     if submodules:
         _git("submodule", "update", "--init", "--depth", "1", "--", *submodules, cwd=dest)
     return int(_git("log", "-1", "--format=%ct", cwd=dest))
+
+
+def record_commits(repo: Path, commit: str, submodules: list[str]) -> None:
+    """Write `.attnforge-git.json` at the tree's top: the commit and each submodule's pinned commit (the
+    superproject's gitlink), which the archive otherwise loses with `.git` (the builder reads it for the SBOM)."""
+    pins = {path: _git("rev-parse", f"HEAD:{path}", cwd=repo) for path in submodules}
+    record = {"commit": commit, "submodules": pins}
+    (repo / GIT_RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def pack(tree: Path, top: str, epoch: int, out: Path) -> None:
@@ -82,6 +92,7 @@ def git_archive(kernel: str, url: str, commit: str, cache: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix=".git-", dir=sources) as tmp:
         repo = Path(tmp) / "repo"
         epoch = checkout(url, commit, submodules, repo)
+        record_commits(repo, commit, submodules)
         part = Path(tmp) / dest.name
         pack(repo, f"{kernel}-{commit[:12]}", epoch, part)
         os.replace(part, dest)

@@ -68,6 +68,8 @@ def build_manifest(
         "platform_tag": None,
         "parity": None,
     }
+    if result.get("vendored"):  # what the source vendors (CUTLASS: version, tree hash, commit where known)
+        manifest["vendored"] = result["vendored"]
     if cell.toolkit.kind == "rocm":  # the ROCm backend names the wheel's tag (py3-none-any for Triton)
         plan = plan_rocm_build(cell)
         manifest["inputs"]["rocm_backend"] = plan.backend

@@ -12,10 +12,10 @@ from attnforge.core.docker_cli import DEFAULT_CA, Docker
 from attnforge.core.errors import ConfigurationError
 from attnforge.engine.backends.pip_config import PipOptions, pip_options
 from attnforge.engine.backends.pip_credentials import NetrcFile, check_netrc
+from attnforge.engine.backends.pipplan import PipPlan
 from attnforge.engine.sources import fetch_source
 from attnforge.images.ngc import BaseFacts, probe_base
 from attnforge.images.ngc_image import apply_ngc_facts, ngc_request, template_of
-from attnforge.images.pipplan import PipPlan
 from attnforge.images.project_data import optional_compat, optional_matrix
 from attnforge.images.requests import (
     ImageRequest,

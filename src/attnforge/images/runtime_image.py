@@ -26,10 +26,10 @@ from attnforge.core.errors import BuildError, ConfigurationError, TestFailure
 from attnforge.core.package_files import docker_dir as package_docker_dir
 from attnforge.core.pins import local_base
 from attnforge.engine.backends.pip_config import PipOptions
+from attnforge.engine.backends.pipplan import pip_secrets, plan_pip
 from attnforge.engine.base_images import BaseCheck, check_base, load_bases
 from attnforge.images.image_smoke import engine_has_gpu, run_smoke
 from attnforge.images.ngc_image import compile_on_base
-from attnforge.images.pipplan import pip_secrets, plan_pip
 from attnforge.images.record import BuiltImage, ImageSet, write_record
 from attnforge.images.requests import ImageRequest
 from attnforge.images.tags import aliases, resolve_tags

@@ -16,8 +16,8 @@ from attnforge.core.docker_cli import Docker
 from attnforge.core.errors import BuildError, EnvironmentProblem
 from attnforge.core.pins import cpu_torch
 from attnforge.engine.backends.debian_base import BaseImageError, bootstrap_debian_base
+from attnforge.engine.backends.pipplan import PipPlan, pip_secrets
 from attnforge.images.ngc import STANDIN_TEMPLATE
-from attnforge.images.pipplan import PipPlan, pip_secrets
 from attnforge.images.runtime_image import DEFAULT_RUNTIME_BASE, docker_dir
 
 # The small CPU torch wheel keeps stand-in images (and tests) small; torch==2.14.1 (CUDA 13, 5 GB) also works.

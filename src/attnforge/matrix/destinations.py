@@ -3,7 +3,7 @@
     destinations:
       local:    {kind: static, path: wheels/index, require_parity: false}
       internal: {kind: pypiserver, url: http://pypi.internal:8080, username_env: ATTNFORGE_INDEX_USER,
-                 password_env: ATTNFORGE_INDEX_PASSWORD, require_parity: true}
+                 password_env: ATTNFORGE_INDEX_PASSWORD, require_parity: true, records: /srv/records}
 
 Credentials are named, never written: an environment variable or a file (first line) holds them.
 """
@@ -41,6 +41,13 @@ class Destination(BaseModel):
     password_env: str | None = Field(None, description="environment variable holding the password")
     password_file: str | None = Field(None, description="file whose first line is the password")
     require_parity: bool = Field(False, description="publish only wheels whose manifest has parity.passed")
+    records: str | None = Field(
+        None,
+        description="pypiserver: a folder (relative to matrix.yaml) where publish writes each published "
+        "wheel's signed records and manifest as <project>/<wheel><suffix>; serve it over HTTP and give its "
+        "URL to `which --verify` / `doctor --verify` as --records-url (a static index serves them beside "
+        "the wheels)",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Destination:
@@ -56,6 +63,11 @@ class Destination(BaseModel):
                 raise ValueError(
                     "put credentials in username_env/password_env or password_file, not in the url"
                 )
+        if self.records and self.kind != "pypiserver":
+            raise ValueError(
+                f"'records' is for a 'pypiserver' destination: a '{self.kind}' one "
+                + ("serves the records beside its wheels" if self.kind == "static" else "holds images")
+            )
         if self.password_env and self.password_file:
             raise ValueError("give password_env or password_file, not both")
         return self

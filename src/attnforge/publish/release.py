@@ -6,7 +6,8 @@ signed build provenance and SBOM hold (`record_gate`; none at all only with `--a
 destination's parity rule (`require_parity: true` needs a signed parity record about these bytes that
 says passed, unless `--skip-parity-gate`, which is logged loudly and recorded); no file name or version
 slot already published with other bytes (identical bytes are a no-op). A static index gets the coverage
-page at its root (`publish.coverage`), with the plan of the matrix next to which the publish runs.
+page at its root (`publish.coverage`), with the plan of the matrix next to which the publish runs; an index
+server's wheels get their records in the destination's `records` folder (`publish.record_site`).
 """
 
 from __future__ import annotations
@@ -205,7 +206,22 @@ def publish(
 
         assert dest.url is not None
         creds = resolve_credentials(dest, base)
-        return publish_to_server(dest.url, creds, bundles, log, dry_run=dry_run)
+        report = publish_to_server(dest.url, creds, bundles, log, dry_run=dry_run)
+        if dry_run:
+            return report
+        if dest.records:  # the server keeps packages only: the records go where consumers can read them
+            from attnforge.publish.record_site import write_records
+
+            root = Path(dest.records)
+            done = [*report.added, *report.unchanged]
+            report.notes.append(write_records(bundles, root if root.is_absolute() else base / root, done))
+        else:
+            report.notes.append(
+                f"records: not published ('{label}' names no records folder), so `which --verify` and "
+                f"`doctor --verify` cannot check these wheels from {dest.url}: give the destination a "
+                "`records:` folder (docs/records.md)"
+            )
+        return report
     raise ConfigurationError(f"destination '{label}' is a {dest.kind}: wheels go to 'static' or 'pypiserver'")
 
 

@@ -12,35 +12,17 @@ import contextlib
 import io
 import logging
 from collections.abc import Callable, Sequence
-from html.parser import HTMLParser
-from urllib.parse import unquote, urljoin, urlsplit
+from urllib.parse import urljoin
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from attnforge.core.errors import EnvironmentProblem, PublishError
 from attnforge.matrix.destinations import Credentials, redact
 from attnforge.publish.index import Bundle, PublishReport, check_conflicts
+from attnforge.publish.simple_html import sha256_by_name
 from attnforge.wheels.wheelio import read_wheel
 
 Log = Callable[[str], None]
-
-
-class _Links(HTMLParser):
-    """Collects (filename, sha256) from a PEP 503 page."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.files: dict[str, str] = {}
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag != "a":
-            return
-        href = dict(attrs).get("href") or ""
-        path, _, fragment = href.partition("#")
-        name = unquote(urlsplit(path).path.rsplit("/", 1)[-1])
-        algo, _, digest = fragment.partition("=")
-        if name:
-            self.files[name] = digest if algo == "sha256" else ""
 
 
 class ServerPublisher:
@@ -81,9 +63,7 @@ class ServerPublisher:
             raise self._fail(f"index {self.url} refused the credentials (HTTP {resp.status_code})")
         if resp.status_code != 200:
             raise self._fail(f"index {self.url}: GET {page} answered HTTP {resp.status_code}")
-        parser = _Links()
-        parser.feed(resp.text)
-        return parser.files
+        return sha256_by_name(resp.text)
 
     def _twine_upload(self, bundle: Bundle) -> None:
         from twine.commands.upload import upload

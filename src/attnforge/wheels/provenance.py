@@ -23,7 +23,7 @@ BUILD_TYPE = "urn:attnforge:wheel-build:v1"
 SBOM_MEDIA_TYPE = "application/vnd.cyclonedx+json"
 
 _EXTERNAL = ("cell_id", "kernel", "kernel_version", "variant", "inputs")
-_INTERNAL = ("local_version", "kernel_set_key", "input_hash", "toolchain", "platform_tag", "rocm")
+_INTERNAL = ("local_version", "kernel_set_key", "input_hash", "toolchain", "platform_tag", "rocm", "vendored")
 _BUILD = ("backend", "image", "image_id", "base", "torch_build", "host_compiler", "patches_applied")
 
 

@@ -1,8 +1,9 @@
 """A CycloneDX SBOM (JSON, spec 1.6, cyclonedx-python-lib) per finalized wheel: what it bundles or pins.
 
 The wheel itself is the BOM's subject (`metadata.component`, with its sha256). Components: the kernel
-source it was compiled from (sha256, patches as properties), CUTLASS as the source bundles it (the commit
-the compat data records for that release), libraries auditwheel grafted into the wheel (`*.libs/`, each
+source it was compiled from (sha256, patches as properties), CUTLASS as the source bundles it (the version,
+content hash and commit the build read from the tree, else the commit the compat data records for that
+release), libraries auditwheel grafted into the wheel (`*.libs/`, each
 with its sha256), the CUDA (or ROCm) runtime it links but does not ship, and torch, which it pins
 (`Requires-Dist`). Same wheel and manifest, same bytes: the serial number derives from the wheel's sha256
 and the timestamp from finalize's SOURCE_DATE_EPOCH.
@@ -44,6 +45,45 @@ def cutlass_commit(kernel: str, version: str) -> str | None:
     release = load_compat().kernel_release(kernel, version)
     commit = getattr(release, "cutlass_commit", None) if release is not None else None
     return str(commit) if commit else None
+
+
+def cutlass_component(
+    manifest: dict[str, Any], kernel: str, kversion: str, bundled_in: str | None
+) -> Component:
+    """CUTLASS as the source vendors it: the build's own reading of the tree (`manifest["vendored"]`: version
+    from `include/cutlass/version.h`, a content hash, the commit where the tree knows it), else the commit the
+    compat data records for the release; a commit nobody knows is said to be unknown, with why."""
+    seen = dict((manifest.get("vendored") or {}).get("cutlass") or {})
+    commit = seen.get("commit") or cutlass_commit(kernel, kversion)
+    if seen.get("commit"):
+        commit_from = f"the source tree ({seen.get('commit_from')})"
+    elif commit:
+        commit_from = "the compat data for this release"
+    elif seen:
+        commit_from = f"unknown: the source vendors {seen.get('path')} without git metadata"
+    else:
+        commit_from = "unknown: not recorded in the compat data for this release"
+    version = str(seen.get("version") or commit or "unknown")
+    return Component(
+        type=ComponentType.LIBRARY,
+        name="cutlass",
+        version=version,
+        bom_ref="cutlass",
+        description="NVIDIA CUTLASS headers bundled in the kernel source, compiled into the extension",
+        purl=PackageURL("github", namespace="NVIDIA", name="cutlass", version=commit) if commit else None,
+        properties=_props(
+            commit=commit or "unknown",
+            commit_from=commit_from,
+            version_from="include/cutlass/version.h" if seen.get("version") else None,
+            tree_sha256=seen.get("tree_sha256"),
+            tree_files=seen.get("files"),
+            tree_hash="sha256 of the sorted 'path NUL sha256(file) LF' lines"
+            if seen.get("tree_sha256")
+            else None,
+            path=seen.get("path"),
+            bundled_in=bundled_in,
+        ),
+    )
 
 
 def grafted_libraries(wheel: Path) -> list[tuple[str, str]]:
@@ -88,19 +128,7 @@ def make_sbom(wheel: Path, manifest: dict[str, Any]) -> bytes:
         properties=_props(source_kind=inputs.get("source"), patches=",".join(inputs.get("patches") or [])),
     )
     components.append(source)
-    commit = cutlass_commit(kernel, kversion)
-    cutlass = Component(
-        type=ComponentType.LIBRARY,
-        name="cutlass",
-        version=commit or "unrecorded",
-        bom_ref="cutlass",
-        description="NVIDIA CUTLASS headers bundled in the kernel source, compiled into the extension",
-        purl=PackageURL("github", namespace="NVIDIA", name="cutlass", version=commit) if commit else None,
-        properties=_props(
-            commit=commit or "not recorded in the compat data for this release",
-            bundled_in=source.bom_ref.value,
-        ),
-    )
+    cutlass = cutlass_component(manifest, kernel, kversion, source.bom_ref.value)
     components.append(cutlass)
     for member, sha in grafted_libraries(wheel):
         components.append(

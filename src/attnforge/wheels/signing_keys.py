@@ -1,7 +1,8 @@
 """The site's signing key and the keys records are trusted from (ed25519, PEM files; docs/records.md).
 
 Signing key, first found: `$ATTNFORGE_SIGNING_KEY`, matrix.yaml `signing.key`, else this machine's local
-key (`$XDG_CONFIG_HOME/attnforge/signing-key.pem`, made on first use). Trusted keys, first found:
+key (`signing-key.pem` in attnforge's configuration folder: `$ATTNFORGE_CONFIG_DIR`, else
+`$XDG_CONFIG_HOME/attnforge`, else `~/.config/attnforge`; made on first use, saying where). Trusted keys, first found:
 `$ATTNFORGE_TRUSTED_KEYS` (paths separated by `:`), matrix.yaml `signing.trusted_keys`, else the public half
 of the signing key. A key's id is securesystemslib's default key id (sha256 of its canonical public form).
 """
@@ -29,6 +30,7 @@ from attnforge.matrix.project import Project
 KEY_ENV = "ATTNFORGE_SIGNING_KEY"
 TRUSTED_ENV = "ATTNFORGE_TRUSTED_KEYS"
 LOCAL_KEY_NAME = "signing-key.pem"
+CONFIG_DIR_ENV = "ATTNFORGE_CONFIG_DIR"
 
 Log = Callable[[str], None]
 
@@ -81,10 +83,19 @@ def project_signing(project: Project | None) -> SigningConfig:
     )
 
 
-def local_key_path() -> Path:
-    """This machine's own key: `$XDG_CONFIG_HOME/attnforge/signing-key.pem` (`~/.config/...`)."""
+def config_dir() -> Path:
+    """attnforge's own configuration folder: `$ATTNFORGE_CONFIG_DIR`, else `$XDG_CONFIG_HOME/attnforge`, else
+    `~/.config/attnforge` (a test run, a CI job or a container points the variable at a folder of its own)."""
+    own = os.environ.get(CONFIG_DIR_ENV)
+    if own:
+        return Path(own).expanduser()
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "attnforge" / LOCAL_KEY_NAME
+    return Path(base) / "attnforge"
+
+
+def local_key_path() -> Path:
+    """This machine's own key: `signing-key.pem` in `config_dir()`."""
+    return config_dir() / LOCAL_KEY_NAME
 
 
 def public_path_for(private: Path) -> Path:
@@ -168,9 +179,10 @@ def signing_key(config: SigningConfig, *, create: bool = True, log: Log = _quiet
         return None
     made = generate_key(local)
     log(
-        f"signing: generated this machine's local key {short(made.keyid)} at {local} (public half "
-        f"{public_path_for(local)}); records it signs are trusted here only: configure signing.key "
-        "for a site key (docs/records.md)"
+        f"signing: no signing key configured (${KEY_ENV}, matrix.yaml signing.key): created this machine's "
+        f"local key {short(made.keyid)} at {local} (public half {public_path_for(local)}; the folder is "
+        f"${CONFIG_DIR_ENV}, else $XDG_CONFIG_HOME/attnforge, else ~/.config/attnforge); records it signs are "
+        "trusted here only: configure signing.key for a site key (docs/records.md)"
     )
     return SiteKey(made.signer, local, "this machine's local key")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from attnforge.cli.options import trusted_key_option
+from attnforge.cli.options import records_url_option, trusted_key_option
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.core.kernels import KERNELS
 from attnforge.matrix.project import Project
@@ -41,6 +41,7 @@ _STYLE = {"ok": "green", "fail": "red", "warn": "yellow", "skip": "blue"}
     help="Also check the installed wheel against its signed records in the index (--index-url).",
 )
 @trusted_key_option("With --verify: a public key (PEM) records may be signed with. Repeatable.")
+@records_url_option
 @click.pass_obj
 def command(
     project: Project,
@@ -50,6 +51,7 @@ def command(
     index_url: str | None,
     verify: bool,
     trusted_key: tuple[Path, ...],
+    records_url: str | None,
 ) -> None:
     """Load the kernel's extension (flash_attn_2_cuda, FA3's flash_attn_interface) and compare the wheel's
     recorded build with this environment; with --verify, check the installed files against the signed
@@ -72,7 +74,7 @@ def command(
 
         try:
             lines = verify_installed(
-                python, index_url, kernel, trusted_keys(project_signing(project), trusted_key)
+                python, index_url, kernel, trusted_keys(project_signing(project), trusted_key), records_url
             )
             checks += [Check(f"records: {x.name}", x.status, x.detail) for x in lines]
         except RecordRefused as exc:

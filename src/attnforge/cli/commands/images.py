@@ -177,6 +177,7 @@ def build_cmd(project: Project, /, **options: Any) -> None:
 
     The set is recorded in <wheels>/images.json; `--push` (or `images push`) pushes all of it or nothing.
     """
+    from attnforge.engine.backends.pipplan import plan_pip
     from attnforge.images.build_inputs import (
         ca_bundle_of,
         dry_run_lines,
@@ -189,7 +190,6 @@ def build_cmd(project: Project, /, **options: Any) -> None:
     )
     from attnforge.images.credentials import resolve_credentials
     from attnforge.images.ngc import NGC_IMAGE_TEMPLATE, STANDIN_TEMPLATE
-    from attnforge.images.pipplan import plan_pip
     from attnforge.images.push import push_set
     from attnforge.images.runtime_image import BuildOptions, build_set, git_revision
 
@@ -367,8 +367,8 @@ def standin_cmd(
     force: bool,
 ) -> None:
     """Make attnforge-standin/ngc-pytorch:RELEASE, a local stand-in for nvcr.io/nvidia/pytorch:RELEASE-py3."""
+    from attnforge.engine.backends.pipplan import plan_pip
     from attnforge.images.build_inputs import ca_bundle_of, pip_netrc_of, pip_options_of
-    from attnforge.images.pipplan import plan_pip
     from attnforge.images.standin import ensure_standin
 
     options = pip_options_of(project, True, _log)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from attnforge.cli.options import trusted_key_option
+from attnforge.cli.options import records_url_option, trusted_key_option
 from attnforge.client.index_fetch import CONNECT_TIMEOUT_S, TOTAL_BUDGET_S, IndexReader
 from attnforge.core.errors import ConfigurationError, NothingToDoError
 from attnforge.core.kernels import KERNELS
@@ -23,6 +23,7 @@ def _verify(
     filename: str,
     keys: tuple[Path, ...],
     reader: IndexReader,
+    records_url: str | None = None,
 ) -> None:
     """Check the chosen wheel's records (stderr), read within `reader`'s budget; RecordRefused (exit 7) when
     one does not hold."""
@@ -34,6 +35,7 @@ def _verify(
         offered(index_url, kernel, lambda name: name == filename, reader),
         trusted_keys(project_signing(project), keys),
         reader,
+        records_url,
     )
     for line in lines:
         click.echo(f"{line.status:<4} {line.name}: {line.detail}", err=True)
@@ -80,6 +82,7 @@ def _verify(
     help="Check the chosen wheel's signed records (provenance, SBOM, parity) first; exit 7 when they fail.",
 )
 @trusted_key_option("With --verify: a public key (PEM) records may be signed with. Repeatable.")
+@records_url_option
 @click.option(
     "--timeout",
     type=click.FloatRange(min=1.0),
@@ -99,6 +102,7 @@ def command(
     kernel: str,
     verify: bool,
     trusted_key: tuple[Path, ...],
+    records_url: str | None,
     timeout: float,
 ) -> None:
     """Print how to install the wheel that fits this environment, or why none fits (exit 3).
@@ -117,7 +121,7 @@ def command(
     reader = IndexReader(total_s=timeout)
     res = resolve(env, index_url, profile, kernel, reader)
     if verify and res.choice is not None:
-        _verify(project, index_url, kernel, res.choice.filename, trusted_key, reader)
+        _verify(project, index_url, kernel, res.choice.filename, trusted_key, reader, records_url)
     fmt = "json" if as_json else fmt
     if fmt == "json":
         click.echo(json.dumps(res.to_json(), indent=2))

@@ -4,8 +4,9 @@ Host folders are mounted at the same paths inside the container, so a spec means
 places: the cache (sources, build trees, kernel objects, ccache, venvs), the builder script (read-only),
 local pip mirrors (read-only), the cell's Python interpreter (read-only), the CA bundle (read-only, at
 /run/secrets/ca_bundle) and the index credentials as a netrc (read-only, at /run/secrets/pip_netrc, named by
-$NETRC). Nothing secret is ever in an image layer, a spec or a command line: images get the CA as a BuildKit
-secret, and index URLs carry no credentials.
+$NETRC). Nothing secret is ever in an image layer, a spec or a command line: the builder image's CUDA-from-PyPI
+step reads the same pip settings as the builds, given as BuildKit secrets (pip.conf, netrc, CA bundle), and index
+URLs carry no credentials.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from attnforge.engine.backends.cuda_standin import STANDINS, ensure_cuda_standin
 from attnforge.engine.backends.debian_base import BaseImageError, bootstrap_debian_base, image_id
 from attnforge.engine.backends.pip_config import PipOptions, pip_options
 from attnforge.engine.backends.pip_credentials import CONTAINER_NETRC
+from attnforge.engine.backends.pipplan import pip_secrets, plan_pip
 from attnforge.engine.jobs import BUILDER_DIR, CellJob
 from attnforge.engine.progress import ProgressView
 from attnforge.engine.resources import BINDING_JOB_GB, GIB, detect_machine
@@ -184,32 +186,41 @@ class DockerBackend:
         if image_id(tag, docker=self.docker):
             return tag
         view.log(f"building builder image {tag} (base {base}, CUDA {toolkit.version} from {cuda_from})")
-        cmd = [
-            self.docker,
-            "build",
-            "-f",
-            str(dockerfile_dir() / "cuda-builder.Dockerfile"),
-            "--build-arg",
-            f"BASE_IMAGE={base}",
-            "--build-arg",
-            f"CUDA_FROM={cuda_from}",
-            "--build-arg",
-            f"CUDA_VERSION={toolkit.version}",
-            "--build-arg",
-            f"HOST_GCC={self.host_gcc(toolkit)}",
-            "--network",
-            "host",
-            "-t",
-            tag,
-        ]
-        if self.ca_bundle:
-            cmd += ["--secret", f"id=ca_bundle,src={self.ca_bundle}"]
-        cmd.append(str(dockerfile_dir()))
-        log = self.logs_dir() / f"builder-{toolkit.short}.log"
-        build_image(
-            cmd, log, lambda log, tail: f"building the {toolkit} builder image failed (log {log}):\n{tail}"
-        )
+        self.build_builder(toolkit, base, cuda_from, tag, view)
         return tag
+
+    def build_builder(
+        self,
+        toolkit: Toolkit,
+        base: str,
+        cuda_from: str,
+        tag: str,
+        view: ProgressView,
+        *,
+        no_cache: bool = False,
+        log: Path | None = None,
+    ) -> None:
+        """`docker build` the cuda-builder image `tag` (BuildKit), its output in `log` (default:
+        `<output>/logs/builder-<cuNNN>.log`); `no_cache`: every step runs again (no layer from BuildKit's cache)."""
+        cmd = [self.docker, "build", *(["--no-cache"] if no_cache else []), "-f"]
+        cmd += [str(dockerfile_dir() / "cuda-builder.Dockerfile"), "--build-arg", f"BASE_IMAGE={base}"]
+        cmd += ["--build-arg", f"CUDA_FROM={cuda_from}", "--build-arg", f"CUDA_VERSION={toolkit.version}"]
+        cmd += ["--build-arg", f"HOST_GCC={self.host_gcc(toolkit)}", "--network", "host", "-t", tag]
+        log = log or self.logs_dir() / f"builder-{toolkit.short}.log"
+        plan = plan_pip(torch_index=None, options=self.pip)
+        for note in plan.notes:
+            view.log(f"builder image {tag}: {note}")
+        # the CUDA wheels come through the builds' own pip settings: pip.conf, netrc and CA bundle as BuildKit
+        # secrets (local mirrors served on 127.0.0.1 meanwhile), never a build argument or a layer
+        with pip_secrets(plan, ca_bundle=self.ca_bundle, netrc=self.netrc.path()) as secrets:
+            for ident, path in sorted(secrets.items()):
+                cmd += ["--secret", f"id={ident},src={path}"]
+            cmd.append(str(dockerfile_dir()))
+            build_image(
+                cmd,
+                log,
+                lambda log, tail: f"building the {toolkit} builder image failed (log {log}):\n{tail}",
+            )
 
     def prepare(self, cells: list[Cell], view: ProgressView) -> None:
         for note in self.pip.notes:
@@ -246,7 +257,10 @@ class DockerBackend:
 
     # ---- running ----
     def container_name(self, job: CellJob) -> str:
-        return "attnforge-" + hashlib.sha256(job.cell.id.encode()).hexdigest()[:16]
+        """One name per (build cache, cell): two projects (or checkouts) building the same cell on one engine
+        get two containers instead of a name conflict."""
+        cache = self.project.path(self.project.matrix.build.cache_dir)
+        return "attnforge-" + hashlib.sha256(f"{cache}|{job.cell.id}".encode()).hexdigest()[:16]
 
     def run_command(self, job: CellJob) -> list[str]:
         """The `docker run` line for a cell (exposed for --dry-run and tests)."""

@@ -70,22 +70,19 @@ def pip_options(spec: PipSpec, inherit: dict[str, str] | None = None, base: Path
     URLs scrubbed). `base`: the folder a relative build.pip.netrc is read from (matrix.yaml's)."""
     host = (inherit if inherit is not None else host_pip_config()) if spec.inherit_host_config else {}
     opts = PipOptions()
-    if spec.index_url:
-        opts.add("--index-url", spec.index_url)
-    elif host.get("index-url"):
-        opts.add_scrubbed("--index-url", host["index-url"], "this machine's pip config (index-url)")
-    if spec.extra_index_urls:
-        for url in spec.extra_index_urls:
-            opts.add("--extra-index-url", url)
-    else:
-        for url in host.get("extra-index-url", "").split():
-            opts.add_scrubbed("--extra-index-url", url, "this machine's pip config (extra-index-url)")
-    if spec.find_links:
-        for link in spec.find_links:
-            opts.add("--find-links", link)
-    else:
-        for link in host.get("find-links", "").split():
-            opts.add_scrubbed("--find-links", link, "this machine's pip config (find-links)")
+    settings: list[tuple[str, list[str]]] = [
+        ("index-url", [spec.index_url] if spec.index_url else []),
+        ("extra-index-url", list(spec.extra_index_urls)),
+        ("find-links", list(spec.find_links)),
+    ]
+    for (
+        key,
+        explicit,
+    ) in settings:  # matrix.yaml's values as they are (schema: no credentials), else the host's
+        for value in explicit:
+            opts.add(f"--{key}", value)
+        for value in [] if explicit else host.get(key, "").split():
+            opts.add_scrubbed(f"--{key}", value, f"this machine's pip config ({key})")
     if host.get("constraint"):
         opts.add("--constraint", host["constraint"])
     if spec.netrc:

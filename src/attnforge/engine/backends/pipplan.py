@@ -1,6 +1,6 @@
-"""How pip inside an image build reaches its indexes: the plan (index, extra indexes, local mirrors served
-over 127.0.0.1) and the BuildKit secrets made from it (pip.conf, CA bundle, netrc), so no index address or
-credential lands in a layer or in `docker history`."""
+"""How pip inside an image build (the cuda-builder image's CUDA wheels, a runtime image's torch) reaches its
+indexes: the plan (index, extra indexes, local mirrors served over 127.0.0.1) and the BuildKit secrets made from
+it (pip.conf, CA bundle, netrc), so no index address or credential lands in a layer or in `docker history`."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
+from attnforge.engine.backends.localindex import LocalIndexServer, Sources
 from attnforge.engine.backends.pip_config import PipOptions
-from attnforge.images.localindex import LocalIndexServer, Sources
 
 PYPI = "https://pypi.org/simple"
 
