@@ -29,9 +29,12 @@ from .toolkits import cuda_of_variant
 from .torchenv import pip_env
 
 TRIPLES = {"aarch64": "aarch64-linux-gnu", "x86_64": "x86_64-linux-gnu"}
-# pip's --platform for the target's wheels: torch's aarch64 wheels are manylinux_2_28 (pip also takes the older
-# manylinux tags of NVIDIA's wheels under it)
-PIP_PLATFORMS = {"aarch64": "manylinux_2_28_aarch64", "x86_64": "manylinux_2_28_x86_64"}
+# pip's --platform values for the target's wheels: torch's are manylinux_2_28, NVIDIA's manylinux2014 (pip does not
+# widen a given --platform to older manylinux tags: each is named)
+PIP_PLATFORMS = {
+    arch: (f"manylinux_2_28_{arch}", f"manylinux_2_17_{arch}", f"manylinux2014_{arch}")
+    for arch in ("aarch64", "x86_64")
+}
 MARKER = ".attnforge-target.json"
 
 
@@ -77,7 +80,7 @@ def ensure_target_files(spec: BuildSpec, vpy: str, env: dict[str, str], rep: Rep
     py = spec.python.removesuffix("t")
     abi = "cp" + spec.python.replace(".", "")
     reqs = target_requirements(spec)
-    want = {"platform": PIP_PLATFORMS[spec.platform], "python": spec.python, "requirements": reqs}
+    want = {"platform": list(PIP_PLATFORMS[spec.platform]), "python": spec.python, "requirements": reqs}
     with file_lock(root.with_name(root.name + ".lock")):
         marker = root / MARKER
         if marker.is_file():
@@ -92,7 +95,8 @@ def ensure_target_files(spec: BuildSpec, vpy: str, env: dict[str, str], rep: Rep
         downloads = root / "wheels"
         downloads.mkdir(parents=True)
         cmd = [vpy, "-m", "pip", "download", "--progress-bar", "off", "--no-deps", "--only-binary=:all:"]
-        cmd += ["--platform", PIP_PLATFORMS[spec.platform], "--python-version", py]
+        cmd += [arg for plat in PIP_PLATFORMS[spec.platform] for arg in ("--platform", plat)]
+        cmd += ["--python-version", py]
         cmd += ["--implementation", "cp", "--abi", abi, "--abi", "none", "--abi", "abi3"]
         cmd += [*spec.pip_args, "-d", str(downloads), *reqs]
         rep.line("attnforge: " + " ".join(cmd))

@@ -24,7 +24,6 @@ from attnforge.builder.toolkits import toolkit_variant
 from attnforge.core.kernels import import_names
 from attnforge.engine.environment import Env, run_probe
 from attnforge.matrix.arch_policy import wheel_runs_on
-from attnforge.matrix.compat import load_compat
 from attnforge.wheels.naming import PROJECT, cuda_minor_compatible, torch_family
 
 EXTENSION = "flash_attn_2_cuda"
@@ -159,7 +158,7 @@ def diagnose(data: dict[str, Any], kernel: str = PROJECT) -> list[Check]:
         )
     else:
         for gpu in env.gpus:
-            how = wheel_runs_on(kernel, str(inputs.get("toolkit") or ""), arches, gpu, load_compat())
+            how = wheel_runs_on(inputs, gpu)
             detail = f"GPU {gpu}, compiled for {', '.join(arches)}"
             if how == "ptx":
                 detail += " (runs its embedded PTX: JIT-compiled by the driver at first use)"

@@ -35,7 +35,6 @@ from attnforge.client.index_fetch import IndexFault, IndexReader
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.engine.environment import Env, interpreter_abis
 from attnforge.matrix.arch_policy import wheel_runs_on
-from attnforge.matrix.compat import load_compat
 from attnforge.publish.index import ALL, JSON_TYPE
 from attnforge.publish.install_commands import pip_command, uv_config
 from attnforge.wheels.naming import PROJECT, LocalParts, parse_local
@@ -269,11 +268,8 @@ def check(c: Candidate, env: Env, profile: str | None) -> list[tuple[str, str]]:
         manifest = load_manifest(c) or {}
         arches = list((manifest.get("inputs") or {}).get("arches") or [])
         if arches:
-            kernel = str(manifest.get("kernel") or PROJECT)
-            toolkit = str((manifest.get("inputs") or {}).get("toolkit") or "")
-            missing = [
-                g for g in env.gpus if wheel_runs_on(kernel, toolkit, arches, g, load_compat()) is None
-            ]
+            inputs = manifest.get("inputs") or {}
+            missing = [g for g in env.gpus if wheel_runs_on(inputs, g) is None]
             if missing:
                 problems.append(
                     ("gpu_arch", f"wheel has {', '.join(arches)}, GPU here is {', '.join(missing)}")

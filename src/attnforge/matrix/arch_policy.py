@@ -1,11 +1,13 @@
 """The arch policy (compat table `arch_policy`): which targets a CUDA cell compiles on its toolkit (family
 targets such as `sm_100` from `compute_100f`, PTX of the newest arch) and which GPUs its wheel then runs on.
-`plan` (through rule `arch-policy`), the builder's `-gencode` list, `which`, `doctor` and `runner check` all
-read it from here."""
+`plan` (rule `arch-policy`) puts the table's answer in the cell (`gencode`), the builder compiles it, the
+manifest records it, and `runner check` (planned cells), `which` and `doctor` (a wheel's manifest) read it
+back here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from attnforge.core.arches import arch_number, arch_runs_on
 from attnforge.matrix.compat import ArchPolicy, CompatData, parse_version
@@ -82,9 +84,12 @@ def cell_targets(arches: tuple[str, ...], gencode: tuple[str, ...]) -> Targets:
     return Targets(gencode, sass, ptx, None)
 
 
-def wheel_runs_on(kernel: str, toolkit: str, arches: list[str], device: str, data: CompatData) -> str | None:
-    """How a wheel of `kernel` built for `toolkit` ("cuda13.0") and `arches` runs on a `device` GPU: "native",
-    "ptx" (driver JIT) or None. ROCm and unknown toolkits: exact arch match only."""
-    if not toolkit.startswith("cuda"):
+def wheel_runs_on(inputs: dict[str, Any], device: str) -> str | None:
+    """How a built wheel runs on a `device` GPU, from its manifest `inputs`: "native", "ptx" (driver JIT) or
+    None. Its `gencode` is what the arch policy compiled (absent: each arch as itself, no PTX, as every wheel
+    built before the policy)."""
+    arches = [str(a) for a in inputs.get("arches") or []]
+    if not str(inputs.get("toolkit") or "").startswith("cuda"):
         return "native" if any(arch_runs_on(a, device) for a in arches) else None
-    return compiled_targets(kernel, toolkit.removeprefix("cuda"), arches, data).runs_on(device)
+    gencode = tuple(str(g) for g in inputs.get("gencode") or [])
+    return cell_targets(tuple(arches), gencode).runs_on(device)

@@ -236,10 +236,9 @@ def _arch_policy(v: Verdict, data: CompatData) -> None:
     if c.toolkit.kind != "cuda" or any(p.rule == "toolkit-arch" for p in v.problems):
         return
     targets = compiled_targets(c.kernel, c.toolkit.version, c.arches, data)
-    if not targets.gencode:
-        return
-    v.cell = replace(c, gencode=targets.gencode)
-    if targets.gencode != tuple(f"arch={a.replace('sm_', 'compute_')},code={a}" for a in c.arches):
+    plain = tuple(f"arch={a.replace('sm_', 'compute_')},code={a}" for a in c.arches)
+    if targets.gencode and targets.gencode != plain:  # else setup.py's own flags compile the same
+        v.cell = replace(c, gencode=targets.gencode)
         v.notes.append(
             f"arch policy for CUDA {c.toolkit.version}: compiles {', '.join(targets.gencode)}"
             + (f" (PTX {', '.join(targets.ptx)}: JIT on newer GPUs)" if targets.ptx else "")

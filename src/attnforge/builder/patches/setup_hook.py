@@ -150,10 +150,11 @@ def replace_gencode(nvcc_args: list[str], gencode: list[str]) -> list[str]:
 def cross_paths(ext: Any, native_torch: str, target_torch: str, libs: list[str]) -> None:
     """Point an extension at the target's torch: its include dirs under the build torch become the target
     torch's, and the target's library dirs come first (the linker skips the other architecture's)."""
+    includes = [str(d) for d in ext.include_dirs]  # setup.py may give Path objects
     ext.include_dirs = [
-        target_torch + d[len(native_torch) :] if d.startswith(native_torch) else d for d in ext.include_dirs
+        target_torch + d[len(native_torch) :] if d.startswith(native_torch) else d for d in includes
     ]
-    ext.library_dirs = libs + [d for d in ext.library_dirs if not d.startswith(native_torch)]
+    ext.library_dirs = libs + [str(d) for d in ext.library_dirs if not str(d).startswith(native_torch)]
 
 
 def cross_ext_suffix(suffix: str) -> None:
@@ -161,16 +162,16 @@ def cross_ext_suffix(suffix: str) -> None:
     build interpreter's."""
     import sysconfig
 
-    from torch.utils.cpp_extension import BuildExtension  # setuptools' build_ext below flash-attn's
+    from torch.utils import cpp_extension  # its BuildExtension: setuptools' build_ext below flash-attn's
 
     native = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    original: Any = BuildExtension.get_ext_filename
+    original: Any = cpp_extension.BuildExtension.get_ext_filename
 
     def get_ext_filename(self: Any, fullname: str) -> str:
         name = str(original(self, fullname))
         return name[: -len(native)] + suffix if name.endswith(native) else name
 
-    BuildExtension.get_ext_filename = get_ext_filename  # type: ignore[method-assign]
+    cpp_extension.BuildExtension.get_ext_filename = get_ext_filename  # type: ignore[method-assign]
 
 
 def apply(ext_modules: list[Any]) -> None:
