@@ -55,7 +55,6 @@ def test_release_target_covers_cuda_12_minors_and_rocm(run_cli: Run, root: Path)
     # a free-threaded Python loads no abi3 wheel: its cells keep the per-torch binding (cp314t)
     ft = [c for c in cuda if c["python"] == "3.14t"]
     assert ft and all("stable-abi" not in c["patches"] and "-cp314-cp314t-linux_" in c["wheel"] for c in ft)
-    )
     assert all("stable-abi" not in c["patches"] for c in cuda if c not in new)
     # kernel sets: one per CUDA lane (toolkit, ABI, arches, profile), not per torch release
     assert len({c["kernel_set_key"] for c in cuda}) == len(
