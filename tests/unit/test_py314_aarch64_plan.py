@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -192,3 +193,43 @@ def test_release_workflow_runs_aarch64_on_arm64(project: Project) -> None:
     assert ft
     arm_parity = [j for j in jobs.values() if isinstance(j, dict) and "arm64" in (j.get("runs-on") or [])]
     assert all("gpu" in j["runs-on"] for j in arm_parity)
+
+
+def test_cross_pieces_of_the_builder() -> None:
+    from attnforge.builder.cross import PIP_PLATFORMS, host_machine, is_cross, target_requirements
+    from attnforge.builder.spec import BuildSpec, Source
+
+    spec = BuildSpec(
+        cell_id="c",
+        kernel="flash-attn",
+        kernel_version="2.8.3",
+        source=Source("/s.tar.gz", "0" * 64),
+        python="3.12",
+        torch="2.14.1",
+        torch_variant="cu130",
+        build_dir="/b",
+        venv_dir="/v",
+        output_dir="/o",
+        platform="aarch64" if host_machine() == "x86_64" else "x86_64",
+    )
+    assert is_cross(spec) and not is_cross(spec.replace(platform=host_machine()))
+    assert target_requirements(spec) == ["torch==2.14.1", "nvidia-cuda-runtime==13.0.*"]
+    assert "manylinux2014_aarch64" in PIP_PLATFORMS["aarch64"]  # NVIDIA's wheels; torch's are manylinux_2_28
+
+
+def test_setup_hook_points_an_extension_at_the_target_torch() -> None:
+    sys.path.insert(0, str(PATCHES_DIR))
+    try:
+        import setup_hook
+    finally:
+        sys.path.pop(0)
+
+    ext = SimpleNamespace(
+        include_dirs=[Path("/v/lib/torch/include"), "/src/csrc", "/usr/local/cuda/include"],
+        library_dirs=["/v/lib/torch/lib", "/usr/local/cuda/lib64"],
+    )
+    setup_hook.cross_paths(
+        ext, "/v/lib/torch", "/t/site/torch", ["/t/site/torch/lib", "/t/site/nvidia/cu13/lib"]
+    )
+    assert ext.include_dirs == ["/t/site/torch/include", "/src/csrc", "/usr/local/cuda/include"]
+    assert ext.library_dirs == ["/t/site/torch/lib", "/t/site/nvidia/cu13/lib", "/usr/local/cuda/lib64"]
