@@ -60,7 +60,8 @@ def import_in_container(image: str, wheel: Path, site: Path) -> tuple[bool, str]
     with tempfile.TemporaryDirectory() as tmp:
         with zipfile.ZipFile(wheel) as zf:
             zf.extractall(tmp)
-        cmd = ["docker", "run", "--rm", "--platform", "linux/arm64", "-v", f"{tmp}:/opt/fa:ro"]
+        # no --platform: docker 20.10 cannot record arm64 on an imported rootfs; binfmt_misc runs its binaries
+        cmd = ["docker", "run", "--rm", "-v", f"{tmp}:/opt/fa:ro"]
         cmd += [
             "-v",
             f"{site}:/opt/site:ro",
