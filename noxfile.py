@@ -25,6 +25,10 @@ PYTHON = "3.11"
 # tests/integration/test_build_cu124.py (the CUDA 12.4 lane on the local stand-in base: ~30 min of compile on
 # 2 cores plus two ~5 GB torch 2.6 venvs, more than the budget left); they run by hand
 # (`ATTNFORGE_RUN_ALL_SLOW=1 pytest tests/integration/test_images_build.py tests/integration/test_build_cu124.py`).
+# Also left out: tests/integration/test_build_aarch64.py (an aarch64 cell cross-compiled on x86-64: all 5 units
+# again, their host stubs being aarch64 code, plus two torch downloads: 10-15 min on 2 cores, over the 2 minutes
+# an aarch64 compile may take in CI). The 3.14/3.14t and aarch64 plan, rule and workflow tests are unit tests
+# (seconds: tests/unit/test_py314_aarch64_plan.py).
 CI_SLOW_ALLOWLIST: list[str] = [
     "test_build_default",  # `attnforge build --target default` through Docker + the env build against its torch (~12 min)
     "test_installed_wheel",  # attnforge's own wheel in a fresh venv: plan, --dry-run, builder image (~2 min)

@@ -43,15 +43,18 @@ def test_release_target_covers_cuda_12_minors_and_rocm(run_cli: Run, root: Path)
         assert f"cuda{minor}" in toolkits, minor
     assert any(t.startswith("rocm") for t in toolkits)
     assert {c["cxx11_abi"] for c in valid} == {True, False}
-    assert {c["python"] for c in valid} == {"3.10", "3.11", "3.12", "3.13"}
+    assert {c["python"] for c in valid} == {"3.10", "3.11", "3.12", "3.13", "3.14", "3.14t"}
     invalid = [c for c in plan["cells"] if not c["valid"]]
     assert invalid and all(c["reasons"] and c["reasons"][0].startswith("[") for c in invalid)
     # the target is `abi: stable`: from torch 2.10 on the stable binding (no torch C++ API, so no C++20 patch),
     # older torch releases keep the per-torch binding; the kernel units are torch-free in both
     cuda = [c for c in valid if c["toolkit"].startswith("cuda")]
     assert all("torch-free-kernels" in c["patches"] for c in cuda)
-    new = [c for c in cuda if int(c["torch"].split(".")[1]) >= 10]
+    new = [c for c in cuda if int(c["torch"].split(".")[1]) >= 10 and not c["python"].endswith("t")]
     assert new and all("stable-abi" in c["patches"] and "cxx20-binding" not in c["patches"] for c in new)
+    # a free-threaded Python loads no abi3 wheel: its cells keep the per-torch binding (cp314t)
+    ft = [c for c in cuda if c["python"] == "3.14t"]
+    assert ft and all("stable-abi" not in c["patches"] and "-cp314-cp314t-linux_" in c["wheel"] for c in ft)
     assert all("stable-abi" not in c["patches"] for c in cuda if c not in new)
     # kernel sets: one per CUDA lane (toolkit, ABI, arches, profile), not per torch release
     assert len({c["kernel_set_key"] for c in cuda}) == len(

@@ -126,3 +126,29 @@ def test_the_hook_takes_lane_objects_only_under_torchs_own_flags(
     changed = dict(kwargs, cuda_post_cflags=[f.replace("-std=c++17", "-std=c++20") for f in post])
     taken, why = hook.lane_units(str(lane.dir), [src], changed)
     assert taken == {} and "-std=c++20" in why and "!-std=c++17" in why
+
+
+def test_the_arch_policys_gencode_sits_where_the_setup_hook_puts_it() -> None:
+    """The hook replaces setup.py's -gencode pairs by the policy's after its defines; the lane's flags agree."""
+    hook = kl.setup_hook()
+    nvcc_flags = ["-O3", "-std=c++17", "--use_fast_math"]
+    defines = ["-DFLASHATTENTION_DISABLE_BACKWARD"]
+    policy = ["arch=compute_90,code=sm_90", "arch=compute_90,code=compute_90"]
+    env = {
+        "FLASH_ATTN_CUDA_ARCHS": "90",
+        "NVCC_THREADS": "2",
+        "ATTNFORGE_DEFINES": " ".join(defines),
+        "ATTNFORGE_GENCODE": ";".join(policy),
+    }
+    _pre, post = kl.unit_flags(Path("/t"), nvcc_flags, env, "/usr/local/cuda")
+    setup_py_args = [
+        *nvcc_flags,
+        *kl.gencode("90"),
+        "--threads",
+        "2",
+    ]  # append_nvcc_threads(nvcc_flags + cc_flag)
+    assert post[len(kl.TORCH_NVCC_FLAGS) :] == hook.replace_gencode(setup_py_args + defines, policy)
+    no_policy = {k: v for k, v in env.items() if k != "ATTNFORGE_GENCODE"}
+    assert kl.unit_flags(Path("/t"), nvcc_flags, no_policy, "/usr/local/cuda")[1][
+        len(kl.TORCH_NVCC_FLAGS) :
+    ] == (setup_py_args + defines)

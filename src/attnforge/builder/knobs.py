@@ -10,7 +10,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from .cross import cross_env, is_cross
 from .exits import EXIT_CONFIG, BuildFailure
+from .report import Reporter
 from .spec import BuildSpec
 from .torchenv import pip_env, run_capture
 
@@ -98,6 +100,8 @@ def flash_attn_env(spec: BuildSpec, nums: list[str], prebuilt: Path | None) -> d
         "ATTNFORGE_DROP_BACKWARD": "0" if spec.backward else "1",
         "ATTNFORGE_PREBUILT_OBJECTS": str(prebuilt) if prebuilt else "",
         "ATTNFORGE_UNIT_SECONDS": ",".join(f"{k}={v:g}" for k, v in sorted(spec.unit_seconds.items())),
+        # the arch policy's -gencode pairs replace setup.py's (family targets, embedded PTX); empty: keep them
+        "ATTNFORGE_GENCODE": ";".join(spec.gencode),
     }
     if nums:
         env["FLASH_ATTN_CUDA_ARCHS"] = ";".join(nums)
@@ -254,6 +258,8 @@ def build_env(
         # torch >= 2.14 prepends ccache/sccache by itself when one is on PATH, with the default cache dir
         # (inside a --rm container: thrown away); attnforge decides: no spec.ccache_dir, no wrapper.
         env["TORCH_NO_COMPILER_WRAPPER"] = "1"
+    if vpy and is_cross(spec):  # (no venv yet: the kernel lane, which cross builds do not run)
+        env.update(cross_env(spec, vpy, env, Reporter(None)))  # its lines to stdout: the host logs them
     env.update({str(k): str(v) for k, v in spec.env.items()})
     return env
 

@@ -29,6 +29,7 @@ from .compiler import (
     nvcc_problem,
     toolchain,
 )
+from .cross import is_cross
 from .exits import (
     EXIT_BUILD,
     EXIT_ENV,
@@ -169,8 +170,8 @@ def start_kernel_lane(
     cell of the kernel set left behind; else None (ninja compiles everything once torch is there)."""
     if spec.kernel != "flash-attn" or spec.pure_python or not home or not torch_free(spec.patches):
         return None
-    if spec.use_interpreter:
-        return None  # torch is already there: nothing to overlap with
+    if spec.use_interpreter or is_cross(spec):
+        return None  # torch is already there: nothing to overlap with; a cross build links the target's torch
     if usable_prebuilt(spec, identity(spec, toolchain(home, {}, env.get("CXX"))), rep) is not None:
         return None
     jobs = auto_max_jobs(spec.max_jobs, spec.job_mem_gb)

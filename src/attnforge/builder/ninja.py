@@ -152,8 +152,9 @@ class NinjaParser:
 
 
 def build_temp(tree: Path, py_tag: str) -> Path | None:
-    """setuptools' ``build/temp.*-<py_tag>`` folder, where build.ninja and the objects are."""
-    temps = sorted(tree.glob(f"build/temp.*-{py_tag}"))
+    """setuptools' ``build/temp.*-<py_tag>`` folder, where build.ninja and the objects are (a free-threaded
+    CPython's is ``cpython-314t`` in newer setuptools: that one too)."""
+    temps = sorted(tree.glob(f"build/temp.*-{py_tag}")) or sorted(tree.glob(f"build/temp.*-{py_tag}t"))
     return temps[0] if temps else None
 
 

@@ -10,7 +10,9 @@ same thing on both sides. Field by field (defaults in the dataclass):
   ``torch_requirement`` (pip requirement; default ``torch==<torch>``), ``torch_variant`` (cu130, rocm6.4;
   None = not checked), ``use_interpreter`` (env backend: build with ``python`` itself and the torch already
   installed there, no venv), ``extra_requirements``, pip's ``pip_args``/``pip_env``/``pip_cache_dir``;
-- what gets compiled: ``arches`` (sm_90, gfx942), ``cxx11_abi``, ``patches``, ``disable`` (profile
+- what gets compiled: ``arches`` (sm_90, gfx942), ``gencode`` (the arch policy's ``-gencode`` pairs, e.g.
+  ``arch=compute_100f,code=sm_100``; empty: the kernel's setup.py decides), ``platform`` (x86_64 or aarch64:
+  the wheel's host architecture; another than the builder's own is cross-compiled, ``cross``), ``cxx11_abi``, ``patches``, ``disable`` (profile
   features compiled out: backward, dropout, ...), ``head_dims``, ``dtypes``, ``rocm_backend``;
 - how: ``max_jobs`` (None = from cores and memory), ``nvcc_threads``, ``job_mem_gb``, ``nvcc_append_flags``,
   ``ccache_dir``, ``source_date_epoch``, ``env`` (extra variables, last word), ``cxx_probe``, ``max_gcc``
@@ -92,6 +94,8 @@ class BuildSpec:
     import_check: bool = True
     import_names: list[str] | None = None
     stable_abi: bool = False
+    gencode: list[str] = field(default_factory=list)
+    platform: str = "x86_64"
     schema: int = SCHEMA
 
     @property
@@ -168,10 +172,13 @@ class BuildSpec:
 
     def validate(self) -> None:
         """Values the builder cannot work with."""
-        if not re.fullmatch(r"3\.\d+", self.python) and not self.python.startswith("/"):
+        if not re.fullmatch(r"3\.\d+t?", self.python) and not self.python.startswith("/"):
             raise BuildFailure(
-                EXIT_CONFIG, f"spec.python must be like 3.12 or an absolute path, not {self.python!r}"
+                EXIT_CONFIG,
+                f"spec.python must be like 3.12, 3.14t (free-threaded) or an absolute path, not {self.python!r}",
             )
+        if self.platform not in ("x86_64", "aarch64"):
+            raise BuildFailure(EXIT_CONFIG, f"spec.platform must be x86_64 or aarch64, not {self.platform!r}")
         if self.use_interpreter and not self.python.startswith("/"):
             raise BuildFailure(EXIT_CONFIG, "spec.use_interpreter needs an absolute spec.python")
         if self.head_dims is not None and (not self.head_dims or any(d <= 0 for d in self.head_dims)):

@@ -29,6 +29,11 @@ print(json.dumps({
     "auto_wrap": "TORCH_NO_COMPILER_WRAPPER" in open(ext).read(),
 }))
 """
+# "3.12", or "3.14t" for a free-threaded build (Py_GIL_DISABLED): what `spec.python` names.
+PYTHON_ID = (
+    "import sys, sysconfig; print('%d.%d' % sys.version_info[:2] "
+    "+ ('t' if sysconfig.get_config_var('Py_GIL_DISABLED') else ''))"
+)
 # What `pip wheel --no-build-isolation` needs beside torch in an interpreter used as it is.
 BUILD_MODULES = ("setuptools", "wheel", "packaging", "ninja")
 
@@ -49,24 +54,28 @@ def find_python(want: str) -> str:
         if not os.access(want, os.X_OK):
             raise BuildFailure(EXIT_ENV, f"python {want} is not executable")
         return want
-    if not re.fullmatch(r"3\.\d+", want):
-        raise BuildFailure(EXIT_CONFIG, f"python must be like 3.12 or an absolute path, not {want!r}")
-    nodot = want.replace(".", "")
+    if not re.fullmatch(r"3\.\d+t?", want):
+        raise BuildFailure(EXIT_CONFIG, f"python must be like 3.12, 3.14t or an absolute path, not {want!r}")
+    release, ft = want.removesuffix("t"), "t" if want.endswith("t") else ""
+    nodot = release.replace(".", "")
     candidates: list[str] = []
     found = shutil.which(f"python{want}")
     if found:
         candidates.append(found)
-    candidates += sorted(str(p) for p in Path("/opt/python").glob(f"cp{nodot}-cp{nodot}/bin/python{want}"))
-    pyenv_root = Path(os.environ.get("PYENV_ROOT", "/root/.pyenv"))
     candidates += sorted(
-        (str(p) for p in pyenv_root.glob(f"versions/{want}.*/bin/python{want}")), reverse=True
+        str(p) for p in Path("/opt/python").glob(f"cp{nodot}-cp{nodot}{ft}/bin/python{want}")
+    )
+    pyenv_root = Path(os.environ.get("PYENV_ROOT", "/root/.pyenv"))
+    pattern = f"versions/{release}.*{ft}/bin/python{want}"
+    candidates += sorted(
+        (str(p) for p in pyenv_root.glob(pattern) if ft or not p.parts[-3].endswith("t")), reverse=True
     )
     candidates += [f"/usr/local/bin/python{want}", f"/usr/bin/python{want}"]
     for cand in candidates:
         if not os.access(cand, os.X_OK):
             continue
         try:
-            got = run_capture([cand, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], timeout=60)
+            got = run_capture([cand, "-c", PYTHON_ID], timeout=60)
         except (RuntimeError, OSError, subprocess.TimeoutExpired):
             continue
         if got == want:

@@ -195,7 +195,7 @@ def cibuildwheel_config(
         raise ConfigurationError(f"{cell.id}: ROCm cells need an image that carries ROCm {tk.version}")
     # the stock image targets manylinux_2_28; another image gets the best tag its glibc symbols allow
     # (auditwheel's `auto`, what `wheels finalize` picks too), not its AUDITWHEEL_PLAT plus that tag
-    plat = "auto" if image else f"{MANYLINUX}_x86_64"
+    plat = "auto" if image else f"{MANYLINUX}_{cell.platform}"
     torch_pin = f"torch=={cell.torch}"
     environment = _environment(cell, max_jobs, nvcc_threads, {**(pip_env or {}), **(env or {})})
     build_reqs = " ".join(shlex.quote(r) for r in BUILD_REQUIREMENTS)
@@ -205,10 +205,10 @@ def cibuildwheel_config(
     else:
         before_build = f"pip install --index-url {index} {shlex.quote(torch_pin)} && pip install {build_reqs}"
     config: dict[str, Any] = {
-        "build": f"{cell.cp}-manylinux_x86_64",
-        "archs": ["x86_64"],
+        "build": f"{cell.cp}-manylinux_{cell.platform}",  # cp314t: cibuildwheel's free-threaded identifier
+        "archs": [cell.platform],
         "build-frontend": FRONTEND,
-        "manylinux-x86_64-image": image or MANYLINUX,
+        f"manylinux-{cell.platform}-image": image or MANYLINUX,
         "before-all": _toolkit_install(cell, source) if tk.kind == "cuda" else "hipcc --version",
         "before-build": before_build,
         "environment": environment,

@@ -16,6 +16,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from attnforge.ci.release_jobs import checks_job, images_job, publish_job, release_job, runner_check_jobs
+from attnforge.ci.steps import (
+    ACTIONS,
+    FORK_GUARD,
+    checkout,
+    install_nox,
+    runs_on,
+    setup_python,
+    signing_key,
+)
 from attnforge.ci.yamltext import Comment, Literal, dump
 from attnforge.core.arches import arch_label, arch_runs_on, cuda_label
 from attnforge.core.errors import ConfigurationError
@@ -25,19 +35,6 @@ from attnforge.matrix.project import Project
 
 ROLES = ("pr", "release", "nightly")
 DEFAULT_TARGETS = {"pr": "default", "release": "release", "nightly": "nightly"}
-
-# One place for the actions used (update here, regenerate, commit). Majors on the Node 24 runtime:
-# actionlint flags the Node 20 ones (cache@v4, upload-artifact@v4, download-artifact@v4..v6).
-ACTIONS = {
-    "checkout": "actions/checkout@v5",
-    "setup-python": "actions/setup-python@v6",
-    "cache-restore": "actions/cache/restore@v5",
-    "cache-save": "actions/cache/save@v5",
-    "upload": "actions/upload-artifact@v6",
-    "download": "actions/download-artifact@v7",
-}
-
-FORK_GUARD = "github.event.pull_request.head.repo.full_name == github.repository || github.event_name != 'pull_request'"
 
 MEMORY_NOTE = (
     "MAX_JOBS / NVCC_THREADS are not set: `attnforge build` picks them from the cores and the memory\n"
@@ -53,6 +50,9 @@ class CiSettings:
 
     python: str = "3.11"
     build_runs_on: tuple[str, ...] = ("ubuntu-latest",)
+    # aarch64 cells build natively on arm64 (GitHub's hosted arm64 runner; a self-hosted GH200 works too:
+    # ("self-hosted", "linux", "arm64"))
+    arm_build_runs_on: tuple[str, ...] = ("ubuntu-24.04-arm",)
     build_timeout_minutes: int = 360
     gpu_arches: tuple[str, ...] = ("sm_90",)  # the self-hosted runner classes that exist
     parity_timeout_minutes: int = 60
@@ -107,7 +107,8 @@ class ParityJob:
     @property
     def labels(self) -> list[str]:
         tk = self.build.first.toolkit
-        base = ["self-hosted", "linux", "x64", "gpu"]
+        host = "arm64" if self.build.first.platform == "aarch64" else "x64"  # GH200/GB200 runners are arm64
+        base = ["self-hosted", "linux", host, "gpu"]
         if tk.kind == "cuda":
             return [*base, arch_label(self.device_arch), cuda_label(tk.major)]
         return [*base, "rocm", arch_label(self.device_arch)]
@@ -188,32 +189,6 @@ def make_spec(project: Project, role: str, target: str, settings: CiSettings) ->
 # ---------------------------------------------------------------- job bodies
 
 
-def _checkout() -> dict[str, Any]:
-    return {"uses": ACTIONS["checkout"], "with": {"persist-credentials": False}}
-
-
-def _setup_python(settings: CiSettings) -> dict[str, Any]:
-    return {"uses": ACTIONS["setup-python"], "with": {"python-version": settings.python}}
-
-
-def _install_nox() -> dict[str, Any]:
-    return {"name": "install nox", "run": "python -m pip install nox"}
-
-
-def _signing_key() -> dict[str, Any]:
-    """The site key from the ATTNFORGE_SIGNING_KEY_PEM secret (docs/records.md); without it, a runner's own."""
-    return {
-        "name": "the site signing key (secret ATTNFORGE_SIGNING_KEY_PEM)",
-        "run": 'if [ -n "$PEM" ]; then printf \'%s\\n\' "$PEM" > "$RUNNER_TEMP/site.pem"; '
-        'echo "ATTNFORGE_SIGNING_KEY=$RUNNER_TEMP/site.pem" >> "$GITHUB_ENV"; fi',
-        "env": {"PEM": "${{ secrets.ATTNFORGE_SIGNING_KEY_PEM }}"},
-    }
-
-
-def _runs_on(labels: tuple[str, ...] | list[str]) -> Any:
-    return labels[0] if len(labels) == 1 else list(labels)
-
-
 def devel_base(job: KernelSetJob, project: Project) -> tuple[str, str] | None:
     """(`--base-image` argument, comment) for a CUDA <= 12 kernel-set (PyPI's CUDA 12 wheels have no nvcc):
     its `nvidia/cuda:<ver>-devel` base, which docker/bases.toml must list as a registry base."""
@@ -250,10 +225,10 @@ def build_job(
         cells = f" \\\n  --base-image {base[0]}" + cells
     key = f"attnforge-{job.key}-${{{{ github.run_id }}}}-${{{{ github.run_attempt }}}}"
     steps: list[Any] = [
-        _checkout(),
-        _setup_python(settings),
-        _install_nox(),
-        _signing_key(),
+        checkout(),
+        setup_python(settings.python, tuple(c.python for c in job.cells)),
+        install_nox(),
+        signing_key(),
         {
             "name": "restore this kernel-set's objects",
             "uses": ACTIONS["cache-restore"],
@@ -293,7 +268,9 @@ def build_job(
     return {
         Comment(f"kernel-set {job.key}:\n" + "\n".join(f"  {c.id}" for c in job.cells)): None,
         "name": job.title,
-        "runs-on": _runs_on(settings.build_runs_on),
+        "runs-on": runs_on(
+            settings.arm_build_runs_on if job.first.platform == "aarch64" else settings.build_runs_on
+        ),
         "timeout-minutes": settings.build_timeout_minutes,
         "steps": steps,
     }
@@ -308,13 +285,13 @@ def parity_job(job: ParityJob, project: Project, settings: CiSettings) -> dict[A
         "runs-on": job.labels,
         "timeout-minutes": settings.parity_timeout_minutes,
         "steps": [
-            _checkout(),
+            checkout(),
             {
                 "name": "download the wheels",
                 "uses": ACTIONS["download"],
                 "with": {"name": f"wheels-{job.build.key}", "path": out},
             },
-            _signing_key(),
+            signing_key(),
             {"name": "GPU parity", "run": f"nox -s gpu-parity -- --wheels {out}"},
             {
                 "name": "upload the parity reports, the signed parity records and the updated manifests",
@@ -325,162 +302,6 @@ def parity_job(job: ParityJob, project: Project, settings: CiSettings) -> dict[A
                     "path": f"{out}/*.manifest.json\n{out}/*.parity.intoto.json\nreports/gpu/\n",
                     "if-no-files-found": "warn",
                 },
-            },
-        ],
-    }
-
-
-def _download_all(out: str) -> list[dict[str, Any]]:
-    return [
-        {
-            "name": "download every kernel-set's wheels",
-            "uses": ACTIONS["download"],
-            "with": {"pattern": "wheels-*", "merge-multiple": True, "path": out},
-        },
-        {
-            "name": "download the parity reports (manifests with parity results)",
-            "uses": ACTIONS["download"],
-            "with": {"pattern": "parity-*", "merge-multiple": True, "path": "."},
-        },
-    ]
-
-
-def _gate(spec: WorkflowSpec) -> list[str]:
-    """What publishing waits for: every parity job, and the builds no runner class can test."""
-    return sorted([p.job_id for p in spec.parity] + [b.job_id for b in spec.untested])
-
-
-def publish_job(spec: WorkflowSpec, project: Project, settings: CiSettings) -> dict[Any, Any]:
-    dest = project.matrix.destinations.get(settings.publish_to)
-    env: dict[str, str] = {}
-    if dest is not None:
-        for var in (dest.username_env, dest.password_env):
-            if var:
-                env[var] = f"${{{{ secrets.{var} }}}}"
-    out = project.matrix.build.output_dir
-    return {
-        "name": f"publish to {settings.publish_to}",
-        "needs": _gate(spec),
-        "runs-on": "ubuntu-latest",
-        "environment": settings.release_environment,
-        "steps": [
-            _checkout(),
-            _setup_python(settings),
-            _install_nox(),
-            *_download_all(out),
-            {
-                Comment("credentials reach the command only as environment variables"): None,
-                "name": f"publish (destination '{settings.publish_to}' of matrix.yaml)",
-                "run": f"nox -s publish -- --to {settings.publish_to}",
-                "env": env,
-            },
-        ],
-    }
-
-
-def release_job(project: Project) -> dict[Any, Any]:
-    out = project.matrix.build.output_dir
-    return {
-        Comment("the only job that may write to the repository (it creates the release)"): None,
-        "name": "GitHub release",
-        "needs": ["publish"],
-        "runs-on": "ubuntu-latest",
-        "permissions": {"contents": "write"},
-        "steps": [
-            {
-                "name": "download every kernel-set's wheels",
-                "uses": ACTIONS["download"],
-                "with": {"pattern": "wheels-*", "merge-multiple": True, "path": out},
-            },
-            {
-                "name": "create the release",
-                "env": {"GH_TOKEN": "${{ github.token }}", "TAG": "${{ github.ref_name }}"},
-                "run": (
-                    f"cd {out}\n"
-                    "sha256sum -- *.whl > SHA256SUMS\n"
-                    'gh release create "$TAG" --repo "$GITHUB_REPOSITORY" --title "$TAG" --verify-tag \\\n'
-                    "  --generate-notes -- *.whl *.manifest.json SHA256SUMS\n"
-                ),
-            },
-        ],
-    }
-
-
-def images_job(spec: WorkflowSpec, settings: CiSettings) -> dict[Any, Any]:
-    return {
-        Comment("runs when the repository variable ATTNFORGE_REGISTRY names a registry"): None,
-        "name": "images",
-        "needs": ["publish"],
-        "if": "vars.ATTNFORGE_REGISTRY != ''",
-        "runs-on": "ubuntu-latest",
-        "environment": settings.release_environment,
-        "steps": [
-            _checkout(),
-            _setup_python(settings),
-            _install_nox(),
-            {
-                "name": "log in to the registry",
-                "env": {
-                    "REGISTRY": "${{ vars.ATTNFORGE_REGISTRY }}",
-                    "REGISTRY_USER": "${{ secrets.ATTNFORGE_REGISTRY_USER }}",
-                    "REGISTRY_PASSWORD": "${{ secrets.ATTNFORGE_REGISTRY_PASSWORD }}",
-                },
-                "run": 'printf %s "$REGISTRY_PASSWORD" | docker login "$REGISTRY" -u "$REGISTRY_USER" --password-stdin',
-            },
-            {
-                "name": "build, test and push the images",
-                "run": f"nox -s images -- --target {spec.target} --push",
-            },
-        ],
-    }
-
-
-def runner_check_jobs(spec: WorkflowSpec, settings: CiSettings) -> dict[str, Any]:
-    jobs: dict[str, Any] = {}
-    for arch in settings.gpu_arches:
-        label = arch_label(arch)
-        labels = ["self-hosted", "linux", "x64", "gpu", *(["rocm"] if arch.startswith("gfx") else []), label]
-        jobs[f"runner-check-{label}"] = {
-            "name": f"runner check on {label}",
-            "runs-on": labels,
-            "timeout-minutes": 30,
-            "steps": [
-                _checkout(),
-                {
-                    "name": "attnforge runner check",
-                    "run": (
-                        f"nox -s runner-check -- --target {spec.target} "
-                        f"--json reports/gpu/runner_check-{label}.json"
-                    ),
-                },
-                {
-                    "name": "upload the report",
-                    "if": "always()",
-                    "uses": ACTIONS["upload"],
-                    "with": {
-                        "name": f"runner-check-{label}",
-                        "path": f"reports/gpu/runner_check-{label}.json",
-                    },
-                },
-            ],
-        }
-    return jobs
-
-
-def checks_job(settings: CiSettings) -> dict[str, Any]:
-    return {
-        "name": "lint, tests, workflows in sync",
-        "runs-on": "ubuntu-latest",
-        "timeout-minutes": 90,
-        "steps": [
-            _checkout(),
-            _setup_python(settings),
-            _install_nox(),
-            {"name": "lint", "run": "nox -s lint"},
-            {"name": "tests", "run": "nox -s tests"},
-            {
-                "name": "workflows match matrix.yaml",
-                "run": "python -m pip install -e . && attnforge ci generate --check",
             },
         ],
     }

@@ -21,9 +21,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from attnforge.builder.toolkits import toolkit_variant
-from attnforge.core.arches import arch_runs_on
 from attnforge.core.kernels import import_names
 from attnforge.engine.environment import Env, run_probe
+from attnforge.matrix.arch_policy import wheel_runs_on
 from attnforge.wheels.naming import PROJECT, cuda_minor_compatible, torch_family
 
 EXTENSION = "flash_attn_2_cuda"
@@ -158,10 +158,11 @@ def diagnose(data: dict[str, Any], kernel: str = PROJECT) -> list[Check]:
         )
     else:
         for gpu in env.gpus:
-            ok = any(arch_runs_on(a, gpu) for a in arches)
-            checks.append(
-                Check("GPU arch", "ok" if ok else "fail", f"GPU {gpu}, compiled for {', '.join(arches)}")
-            )
+            how = wheel_runs_on(inputs, gpu)
+            detail = f"GPU {gpu}, compiled for {', '.join(arches)}"
+            if how == "ptx":
+                detail += " (runs its embedded PTX: JIT-compiled by the driver at first use)"
+            checks.append(Check("GPU arch", "ok" if how else "fail", detail))
     toolkit = str(inputs.get("toolkit") or "")
     if env.driver_cuda and toolkit.startswith("cuda"):
         need = Version(toolkit.removeprefix("cuda"))

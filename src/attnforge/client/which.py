@@ -33,9 +33,9 @@ from packaging.version import InvalidVersion, Version
 
 from attnforge.builder.toolkits import cuda_of_variant
 from attnforge.client.index_fetch import IndexFault, IndexReader
-from attnforge.core.arches import arch_runs_on
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.engine.environment import Env, interpreter_abis
+from attnforge.matrix.arch_policy import wheel_runs_on
 from attnforge.publish.index import ALL, JSON_TYPE
 from attnforge.publish.install_commands import pip_command, uv_config
 from attnforge.publish.simple_html import read_simple_html
@@ -276,7 +276,8 @@ def check(c: Candidate, env: Env, profile: str | None) -> list[tuple[str, str]]:
         manifest = load_manifest(c) or {}
         arches = list((manifest.get("inputs") or {}).get("arches") or [])
         if arches:
-            missing = [g for g in env.gpus if not any(arch_runs_on(a, g) for a in arches)]
+            inputs = manifest.get("inputs") or {}
+            missing = [g for g in env.gpus if wheel_runs_on(inputs, g) is None]
             if missing:
                 problems.append(
                     ("gpu_arch", f"wheel has {', '.join(arches)}, GPU here is {', '.join(missing)}")

@@ -87,15 +87,17 @@ def arch_number(arch: str) -> int:
 def arch_runs_on(compiled: str, device: str) -> bool:
     """Does code compiled for `compiled` run on a `device` GPU?
 
-    CUDA SASS for sm_XY runs on the same major with an equal or higher minor (sm_80 on sm_86);
-    arch-specific targets (sm_90a, sm_100a) and family targets (sm_100f) only on their exact device here.
-    ROCm code objects are exact: gfx942 only on gfx942.
+    CUDA SASS for sm_XY runs on the same major with an equal or higher minor (sm_80 on sm_86); family
+    targets too (sm_100f on 10.0 and 10.3, sm_120f on 12.0 and 12.1: CUDA 12.9's family-specific features);
+    arch-specific targets (sm_90a, sm_100a) only on their exact device. ROCm code objects are exact: gfx942
+    only on gfx942. Embedded PTX (JIT on newer GPUs) is the arch policy's business (matrix.arch_policy).
     """
     if compiled.startswith("gfx") or device.startswith("gfx"):
         return compiled == device
     c, d = compiled.removeprefix("sm_"), device.removeprefix("sm_")
-    if c.endswith(("a", "f")):
+    if c.endswith("a"):
         return c[:-1] == d
+    c = c.removesuffix("f")
     if not (c.isdigit() and d.isdigit()):
         return False
     return c[:-1] == d[:-1] and int(c[-1]) <= int(d[-1])

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 from typing import Any
 
 
@@ -104,6 +105,7 @@ def probe(project: str | None = None, module: str | None = None) -> dict[str, An
     result: dict[str, Any] = {
         "executable": sys.executable,
         "python": "{}.{}.{}".format(*sys.version_info[:3]),
+        "free_threaded": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
         "implementation": sys.implementation.name,
         "machine": platform.machine(),
         "system": platform.system(),

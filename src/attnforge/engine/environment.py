@@ -45,7 +45,7 @@ def run_probe(
 class Env:
     """The axes of an environment that decide which wheel fits."""
 
-    python: str  # "3.11"
+    python: str  # "3.11", "3.14t" (a free-threaded CPython)
     machine: str
     glibc: tuple[int, int] | None
     torch: str | None  # "2.14.1+cu130"
@@ -75,7 +75,7 @@ class Env:
             glibc = (int(major), int(minor))
         driver = data.get("driver") or {}
         return cls(
-            python=".".join(str(data["python"]).split(".")[:2]),
+            python=".".join(str(data["python"]).split(".")[:2]) + ("t" if data.get("free_threaded") else ""),
             machine=str(data.get("machine") or ""),
             glibc=glibc,
             torch=t.get("version") if t.get("installed") else None,
@@ -100,15 +100,18 @@ class Env:
 
 
 def interpreter_abis(python: str) -> frozenset[tuple[str, str]]:
-    """The (interpreter, ABI) tag pairs pip installs on CPython `python` ("3.11"), whatever the platform.
+    """The (interpreter, ABI) tag pairs pip installs on CPython `python` ("3.11", "3.14t"), whatever the platform.
 
     `cp311-cp311`, `cp311-abi3` … `cp32-abi3`, `cp311-none`, `py311-none`, `py3-none`, `py310-none` …
     `py30-none`: `packaging.tags`, with the ABI named here rather than read from this process.
     """
-    major, minor = (int(p) for p in python.split(".")[:2])
+    major, minor = (int(p) for p in python.removesuffix("t").split(".")[:2])
     cp = f"cp{major}{minor}"
+    abi = cp + (
+        "t" if python.endswith("t") else ""
+    )  # free-threaded: cp314t, and no abi3 (packaging drops it)
     supported = [
-        *cpython_tags((major, minor), abis=[cp], platforms=["any"]),
+        *cpython_tags((major, minor), abis=[abi], platforms=["any"]),
         *compatible_tags((major, minor), cp, platforms=["any"]),
     ]
     return frozenset((t.interpreter, t.abi) for t in supported)

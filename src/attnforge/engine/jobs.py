@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from attnforge import __version__
+from attnforge.builder.cross import host_machine
 from attnforge.builder.spec import BuildSpec, Source
 from attnforge.core.kernels import import_names
 from attnforge.core.pins import cpu_torch
@@ -113,7 +114,13 @@ def make_spec(
         pip_args=list(pip_args or []),
         source_date_epoch=int(os.environ.get("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH)),
         max_gcc=max_gcc,
+        gencode=list(cell.gencode),
+        platform=cell.platform,
     )
+    if cell.platform != host_machine() and not cell.pure_python:
+        # cross-compiled (builder/cross.py): nothing built for the target runs here, so neither the compiler
+        # probe nor the import check can; an arm64 runner (or an emulator) imports the wheel
+        spec = spec.replace(cxx_probe=False, import_check=False)
     if interpreter is not None:
         return spec.replace(python=interpreter, use_interpreter=True, torch=cell.torch_build or cell.torch)
     if cell.pure_python:

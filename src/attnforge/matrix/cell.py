@@ -67,6 +67,8 @@ class Cell:
     source_sha256: str | None = field(default=None, compare=False, hash=False)
     patches: tuple[str, ...] = field(default=(), compare=False, hash=False)
     source_kind: str = field(default="pypi-sdist", compare=False, hash=False)
+    # the -gencode pairs the arch policy compiles (rule `arch-policy`); empty: the kernel's setup.py decides
+    gencode: tuple[str, ...] = field(default=(), compare=False, hash=False)
 
     @property
     def torch_family(self) -> str:
@@ -80,7 +82,24 @@ class Cell:
 
     @property
     def cp(self) -> str:
+        """`cp311`, or `cp314t` for a free-threaded CPython (its ABI tag; ids and venvs use it too)."""
         return "cp" + self.python.replace(".", "")
+
+    @property
+    def free_threaded(self) -> bool:
+        """A free-threaded CPython (`3.14t`): its own ABI (`cp314t`), venv and binding; no abi3 wheel loads in
+        it (PEP 703: the limited API is not available without the GIL)."""
+        return self.python.endswith("t")
+
+    @property
+    def python_version(self) -> str:
+        """The CPython release without the free-threading suffix: `3.14` for `3.14t`."""
+        return self.python.removesuffix("t")
+
+    @property
+    def interpreter_tag(self) -> str:
+        """The wheel's interpreter tag: `cp314` for both 3.14 and 3.14t (the `t` is in the ABI tag)."""
+        return "cp" + self.python_version.replace(".", "")
 
     @property
     def stable_abi(self) -> bool:
@@ -90,7 +109,9 @@ class Cell:
     @property
     def py_tag(self) -> str:
         """The wheel's interpreter tag: the cell's CPython, or the abi3 floor (cp310)."""
-        return "cp" + (self.abi3_python or "3.10").replace(".", "") if self.stable_abi else self.cp
+        return (
+            "cp" + (self.abi3_python or "3.10").replace(".", "") if self.stable_abi else self.interpreter_tag
+        )
 
     @property
     def variant(self) -> str:
@@ -131,8 +152,8 @@ class Cell:
 
     @property
     def wheel_tag(self) -> str:
-        """`cp311-cp311-linux_x86_64`, `cp310-abi3-linux_x86_64` (stable ABI), or `py3-none-any` for a
-        pure-Python (Triton) cell."""
+        """`cp311-cp311-linux_x86_64`, `cp314-cp314t-linux_x86_64` (free-threaded), `cp310-abi3-linux_x86_64`
+        (stable ABI), or `py3-none-any` for a pure-Python (Triton) cell."""
         if self.pure_python:
             return "py3-none-any"
         abi = "abi3" if self.stable_abi else self.cp
@@ -184,6 +205,8 @@ class Cell:
             "platform": self.platform,
             "profile": self.profile_spec.model_dump(exclude={"description"}),
         }
+        if self.gencode:  # family targets and embedded PTX change the objects (absent: older keys still hold)
+            inputs["gencode"] = list(self.gencode)
         shared = across_torch and self.torch_free_kernels
         if self.stable_abi and not shared:
             inputs.update(
@@ -231,6 +254,7 @@ class Cell:
             "wheel": self.wheel_name,
             "kernel_set_key": self.kernel_set_key,
             "patches": list(self.patches),
+            "gencode": list(self.gencode),
         }
 
 

@@ -40,6 +40,7 @@ class TorchRelease(Row):
     cxx11_abi_by_variant: dict[str, bool] = {}  # "cu124" -> False: the one ABI of that variant's wheels
     cxx_std: int = 17
     aarch64_cuda: list[str] = []
+    free_threaded: list[str] = []  # CPython releases with free-threaded (cp3XYt) Linux wheels: ["3.14"]
     # the type of at::PhiloxCudaState::offset_intragraph_ in its headers (uint32_t, uint64_t)
     philox_offset_intragraph: str | None = None
 
@@ -120,6 +121,19 @@ class PythonRelease(Row):
     first_torch: str
 
 
+class ArchPolicy(Row):
+    """How a kernel's CUDA cells compile their arches on a range of toolkits: family targets (`sm_100` built
+    from `compute_100f`), PTX of the newest arch, and the arches every wheel needs (FA3: sm_90a)."""
+
+    kernel: str
+    min_cuda: str
+    max_cuda: str | None = None  # inclusive; None: every newer toolkit
+    family: dict[str, str] = {}  # sm_100 -> sm_100f: the virtual arch its SASS is compiled from
+    family_from: dict[str, str] = {}  # sm_110 -> "13.0": a family target newer than min_cuda
+    ptx: str = "none"  # "newest": PTX of the newest numeric arch embedded (JIT on any newer GPU)
+    gencode: str = "policy"  # "policy": attnforge passes the -gencode list; "setup": the kernel's setup.py
+
+
 class DriverFloor(Row):
     cuda_major: int
     min_driver: str
@@ -137,6 +151,17 @@ class CompatData(BaseModel):
     driver: list[DriverFloor] = []
     base_os: list[BaseOs] = []
     python: list[PythonRelease] = []
+    arch_policy: list[ArchPolicy] = []
+
+    def arch_policy_for(self, kernel: str, cuda: str) -> ArchPolicy | None:
+        """The arch policy row of a kernel on CUDA `cuda` ("13.0"), or None."""
+        v = parse_version(cuda)
+        for row in self.arch_policy:
+            if row.kernel != kernel or v < parse_version(row.min_cuda):
+                continue
+            if row.max_cuda is None or v <= parse_version(row.max_cuda):
+                return row
+        return None
 
     def torch_release(self, version: str) -> TorchRelease | None:
         """Find the family row for '2.8' or '2.8.0'."""
@@ -144,7 +169,8 @@ class CompatData(BaseModel):
         return next((t for t in self.torch if t.family == family), None)
 
     def python_release(self, version: str) -> PythonRelease | None:
-        return next((p for p in self.python if p.version == version), None)
+        """The row of a CPython release ("3.14"; a free-threaded "3.14t" reads the same row)."""
+        return next((p for p in self.python if p.version == version.removesuffix("t")), None)
 
     def cuda_toolkit(self, version: str) -> CudaToolkit | None:
         return next((c for c in self.cuda if c.version == version), None)

@@ -9,6 +9,7 @@ from attnforge.builder.patches import patch_exists
 from attnforge.builder.toolkits import cuda_variant
 from attnforge.core.arches import arch_number
 from attnforge.core.kernels import features as kernel_features
+from attnforge.matrix.arch_policy import compiled_targets
 from attnforge.matrix.cell import Cell, Toolkit
 from attnforge.matrix.compat import CompatData, KernelRelease, parse_version
 
@@ -77,6 +78,18 @@ def _torch_python(v: Verdict, data: CompatData) -> None:
                 f"torch {v.cell.torch} has no wheels for Python {v.cell.python} (the first torch with "
                 f"Python {v.cell.python} wheels is {py.first_torch})",
                 py.source,
+            )
+        return
+    if v.cell.free_threaded:
+        if v.cell.python_version not in t.free_threaded:
+            shipped = ", ".join(f"{p}t" for p in t.free_threaded) or "none"
+            _fail(
+                v,
+                "torch-python",
+                f"torch {t.family} has no free-threaded wheels for Python {v.cell.python} ({v.cell.cp}; "
+                f"free-threaded wheels: {shipped}): a free-threaded CPython is its own ABI and needs torch's "
+                f"{v.cell.cp} build",
+                t.source,
             )
         return
     if v.cell.python not in t.python:
@@ -215,6 +228,23 @@ def _toolkit_arch(v: Verdict, data: CompatData) -> None:
                 )
 
 
+@rule("arch-policy")
+def _arch_policy(v: Verdict, data: CompatData) -> None:
+    """The compat table's arch policy for the kernel and toolkit: family targets (sm_100 from compute_100f on
+    CUDA >= 12.9) and PTX of the newest arch, passed to nvcc as the cell's `-gencode` list."""
+    c = v.cell
+    if c.toolkit.kind != "cuda" or any(p.rule == "toolkit-arch" for p in v.problems):
+        return
+    targets = compiled_targets(c.kernel, c.toolkit.version, c.arches, data)
+    plain = tuple(f"arch={a.replace('sm_', 'compute_')},code={a}" for a in c.arches)
+    if targets.gencode and targets.gencode != plain:  # else setup.py's own flags compile the same
+        v.cell = replace(c, gencode=targets.gencode)
+        v.notes.append(
+            f"arch policy for CUDA {c.toolkit.version}: compiles {', '.join(targets.gencode)}"
+            + (f" (PTX {', '.join(targets.ptx)}: JIT on newer GPUs)" if targets.ptx else "")
+        )
+
+
 @rule("kernel-requirements")
 def _kernel_requirements(v: Verdict, data: CompatData) -> None:
     c = v.cell
@@ -304,6 +334,22 @@ def _stable_abi(v: Verdict, data: CompatData) -> None:
         floor, patch = _stable_binding(v, k)
     if floor is None or c.toolkit.kind != "cuda":
         return
+    if c.free_threaded and parse_version(c.torch_family) >= parse_version(floor):
+        if patch:  # FA2's opt-in stable binding: this cell keeps the per-torch one
+            v.notes.append(
+                f"abi: stable, but Python {c.python} is free-threaded: no abi3 wheel loads in it (the limited "
+                f"API needs the GIL; PEP 703): a per-torch {c.cp} wheel"
+            )
+        else:
+            _fail(
+                v,
+                "stable-abi",
+                f"{c.kernel} {k.version} builds only cp{(k.abi3_python or '3.10').replace('.', '')}-abi3 wheels "
+                f"from torch {floor} on, and a free-threaded CPython ({c.python}) loads no abi3 extension "
+                "(the limited API needs the GIL; PEP 703)",
+                k.source,
+            )
+        return
     if parse_version(c.torch_family) < parse_version(floor):
         if patch:
             v.notes.append(
@@ -312,7 +358,7 @@ def _stable_abi(v: Verdict, data: CompatData) -> None:
             )
         return  # FA3: kernel-requirements says why
     floor_py = k.abi3_python or "3.10"
-    if parse_version(c.python) < parse_version(floor_py):
+    if parse_version(c.python_version) < parse_version(floor_py):
         _fail(
             v,
             "stable-abi",

@@ -18,7 +18,7 @@ SCHEMA_VERSION = 1
 
 TOOLKIT_RE = re.compile(r"^(cuda|rocm)(\d+)\.(\d+)$")
 ARCH_RE = re.compile(r"^(sm_\d{2,3}[a-z]?|gfx[0-9a-f]{3,4})$")
-PY_RE = re.compile(r"^3\.\d{1,2}$")
+PY_RE = re.compile(r"^3\.\d{1,2}t?$")  # 3.14t: the free-threaded build (its own ABI, cp314t)
 TORCH_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
 NAME_RE = re.compile(r"^[a-z][a-z0-9]*$")
 
@@ -171,7 +171,8 @@ class AxisValues(Strict):
         for p in v or []:
             if not PY_RE.match(p):
                 raise ValueError(
-                    f"python {p!r} must look like '3.11' (quote it in YAML: 3.10 is the float 3.1)"
+                    f"python {p!r} must look like '3.11' or '3.14t' (free-threaded); quote it in YAML: 3.10 is the "
+                    "float 3.1"
                 )
         return v
 

@@ -17,6 +17,7 @@ from typing import Any
 from attnforge.core.arches import arch_label, arch_runs_on, cuda_label
 from attnforge.core.docker_cli import docker_executable
 from attnforge.engine.resources import JobMemoryTable, Parallelism, choose_parallelism
+from attnforge.matrix.arch_policy import cell_targets
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.compat import CompatData
 from attnforge.runner.gpus import Discovery, Gpu
@@ -155,7 +156,13 @@ def check_driver(
 
 
 def cell_runs_on(cell: Cell, gpu: Gpu) -> bool:
-    return bool(gpu.arch) and any(arch_runs_on(a, gpu.arch) for a in cell.arches)
+    """A GPU runs a cell's wheel: a compiled arch natively, or its embedded PTX through the driver's JIT (the
+    arch policy, the same table `plan` and `which` read)."""
+    if not gpu.arch:
+        return False
+    if cell.toolkit.kind != "cuda":
+        return any(arch_runs_on(a, gpu.arch) for a in cell.arches)
+    return cell_targets(cell.arches, cell.gencode).runs_on(gpu.arch) is not None
 
 
 def vendor_of(cell: Cell) -> str:

@@ -161,6 +161,10 @@ def manifest_inputs(cell: Cell, *, for_image: bool = False) -> dict[str, Any]:
     }
     if cell.torch_build:
         inputs["torch_build"] = cell.torch_build
+    if cell.platform != "x86_64":  # the wheel's host architecture (absent: x86_64, as older manifests say)
+        inputs["platform"] = cell.platform
+    if cell.gencode:  # what the arch policy compiled (family targets, PTX): which GPUs the wheel runs on
+        inputs["gencode"] = list(cell.gencode)
     if cell.stable_abi:  # one wheel for every torch >= torch_floor, Python >= abi3_python
         inputs["torch_floor"] = cell.torch_floor
         inputs["abi3_python"] = cell.abi3_python

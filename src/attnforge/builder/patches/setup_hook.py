@@ -14,6 +14,12 @@ setup.py calls ``apply(ext_modules)`` just before ``setup()`` (the "setup-hooks"
   per unit (stem): ninja starts the units longest first (units without an estimate: ``unit_cost``);
   ``start_in_order`` puts that order into torch's ninja file (setuptools sorts sources by name)
 
+- ``ATTNFORGE_GENCODE="arch=compute_90,code=sm_90;arch=compute_90,code=compute_90"`` the arch policy's
+  ``-gencode`` pairs, in place of every ``-gencode`` setup.py put in the nvcc flags (empty: setup.py's stay)
+- ``ATTNFORGE_CROSS_TORCH=DIR``, ``ATTNFORGE_CROSS_LIBS=D1:D2``, ``ATTNFORGE_CROSS_EXT_SUFFIX=.cpython-312-
+  aarch64-linux-gnu.so`` a cross build (builder/cross.py): the target torch's headers for the build torch's,
+  its libraries (and the CUDA runtime's) first on the link path, and the target's extension file name
+
 It prints one ``@@attnforge {"event": "sources", ...}`` line. Runs under the build's Python (3.8+), stdlib only.
 """
 
@@ -206,6 +212,52 @@ def start_in_order(order: list[str], lane_dir: str = "") -> bool:
     return True
 
 
+def replace_gencode(nvcc_args: list[str], gencode: list[str]) -> list[str]:
+    """``nvcc_args`` with every ``-gencode X`` pair (and ``-gencode=X``) replaced by ``gencode``'s pairs."""
+    out: list[str] = []
+    skip = False
+    for arg in nvcc_args:
+        if skip:
+            skip = False
+            continue
+        if arg in ("-gencode", "--generate-code"):
+            skip = True
+            continue
+        if arg.startswith(("-gencode=", "--generate-code=")):
+            continue
+        out.append(arg)
+    for pair in gencode:
+        out += ["-gencode", pair]
+    return out
+
+
+def cross_paths(ext: Any, native_torch: str, target_torch: str, libs: list[str]) -> None:
+    """Point an extension at the target's torch: its include dirs under the build torch become the target
+    torch's, and the target's library dirs come first (the linker skips the other architecture's)."""
+    includes = [str(d) for d in ext.include_dirs]  # setup.py may give Path objects
+    ext.include_dirs = [
+        target_torch + d[len(native_torch) :] if d.startswith(native_torch) else d for d in includes
+    ]
+    ext.library_dirs = libs + [str(d) for d in ext.library_dirs if not str(d).startswith(native_torch)]
+
+
+def cross_ext_suffix(suffix: str) -> None:
+    """Name extension files with the target's suffix (``.cpython-312-aarch64-linux-gnu.so``) instead of the
+    build interpreter's."""
+    import sysconfig
+
+    from torch.utils import cpp_extension  # its BuildExtension: setuptools' build_ext below flash-attn's
+
+    native = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    original: Any = cpp_extension.BuildExtension.get_ext_filename
+
+    def get_ext_filename(self: Any, fullname: str) -> str:
+        name = str(original(self, fullname))
+        return name[: -len(native)] + suffix if name.endswith(native) else name
+
+    cpp_extension.BuildExtension.get_ext_filename = get_ext_filename  # type: ignore[method-assign]
+
+
 def apply(ext_modules: list[Any]) -> None:
     """Prune sources, add macros and swap in prebuilt objects on flash-attn's CUDA extension."""
     head_dims = {int(x) for x in _csv("ATTNFORGE_HEAD_DIMS")}
@@ -246,6 +298,17 @@ def apply(ext_modules: list[Any]) -> None:
         args = ext.extra_compile_args
         args["cxx"] = list(args.get("cxx", [])) + defines + host_only
         args["nvcc"] = list(args.get("nvcc", [])) + defines
+        gencode = [g for g in os.environ.get("ATTNFORGE_GENCODE", "").split(";") if g]
+        if gencode:
+            args["nvcc"] = replace_gencode(args["nvcc"], gencode)
+        target_torch = os.environ.get("ATTNFORGE_CROSS_TORCH", "")
+        if target_torch:
+            from torch.utils import cpp_extension
+
+            native_torch = os.path.dirname(os.path.dirname(os.path.abspath(cpp_extension.__file__)))
+            libs = [d for d in os.environ.get("ATTNFORGE_CROSS_LIBS", "").split(os.pathsep) if d]
+            cross_paths(ext, native_torch, target_torch, libs)
+            cross_ext_suffix(os.environ.get("ATTNFORGE_CROSS_EXT_SUFFIX", ".so"))
         event = {
             "event": "sources",
             "compile": compile_list,
@@ -254,5 +317,7 @@ def apply(ext_modules: list[Any]) -> None:
             "defines": defines + host_only,
             "order": "longest first" if ordered else "by name (torch has no ninja-file hook)",
             "lane": bool(os.environ.get("ATTNFORGE_KERNEL_LANE")),  # the builder announced the plan already
+            "gencode": gencode,
+            "cross": target_torch or None,
         }
         print("@@attnforge " + json.dumps(event), flush=True)

@@ -18,6 +18,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from attnforge.builder.cross import TRIPLES, host_machine
 from attnforge.core.docker_cli import DEFAULT_CA, docker_executable
 from attnforge.core.errors import BuildError, EnvironmentProblem
 from attnforge.core.package_files import docker_dir
@@ -36,6 +37,7 @@ from attnforge.matrix.rules import host_compiler_problem
 
 BUILDER_MOUNT = "/opt/attnforge"  # the builder package is mounted at /opt/attnforge/builder
 LOCAL_BASE = local_base()
+CUDA_TARGET_DIRS = {"aarch64": "aarch64-linux", "x86_64": "x86_64-linux"}  # nvcc's targets/<dir> per host
 
 
 def dockerfile_dir() -> Path:
@@ -47,7 +49,15 @@ def python_prefix(version: str) -> Path:
     """The installation prefix of the host's python<version> (mounted read-only into the builder): the one on
     PATH, else pyenv's newest `$PYENV_ROOT/versions/<version>.*` (its shims answer only for the active one)."""
     pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    found = sorted(pyenv.glob(f"{version}.*/bin/python{version}"), key=lambda p: _version_key(p.parts[-3]))
+    release, ft = version.removesuffix("t"), "t" if version.endswith("t") else ""
+    found = sorted(
+        (
+            p
+            for p in pyenv.glob(f"{release}.*{ft}/bin/python{version}")
+            if ft or not p.parts[-3].endswith("t")
+        ),
+        key=lambda p: _version_key(p.parts[-3]),
+    )
     for exe in [f"python{version}", *(str(p) for p in reversed(found))]:
         try:
             out = subprocess.run(
@@ -63,8 +73,8 @@ def python_prefix(version: str) -> Path:
 
 
 def _version_key(text: str) -> tuple[int, ...]:
-    """ "3.12.10" -> (3, 12, 10): pyenv folders sorted by number, not by text."""
-    return tuple(int(x) if x.isdigit() else -1 for x in text.split("."))
+    """ "3.12.10" -> (3, 12, 10): pyenv folders sorted by number, not by text ("3.14.0t" as 3.14.0)."""
+    return tuple(int(x) if x.isdigit() else -1 for x in text.removesuffix("t").split("."))
 
 
 def build_image(cmd: list[str], log: Path, failure: Callable[[Path, str], str]) -> None:
@@ -222,6 +232,41 @@ class DockerBackend:
                 lambda log, tail: f"building the {toolkit} builder image failed (log {log}):\n{tail}",
             )
 
+    def ensure_cross(self, toolkit: Toolkit, target: str, view: ProgressView) -> str:
+        """The toolkit's builder image plus the GNU cross toolchain for `target` (docker/cuda-cross.Dockerfile):
+        what a cell of another host architecture than this machine's compiles in (builder/cross.py)."""
+        builder = self.images[str(toolkit)]
+        triple = TRIPLES[target]
+        text = (dockerfile_dir() / "cuda-cross.Dockerfile").read_bytes()
+        digest = hashlib.sha256(text + f"{builder}|{triple}|{toolkit.version}".encode()).hexdigest()[:12]
+        tag = f"attnforge/cuda-cross:{toolkit.short}-{target}-{digest}"
+        if image_id(tag, docker=self.docker):
+            return tag
+        view.log(f"building cross image {tag} ({builder} + g++-{triple})")
+        cmd = [self.docker, "build", "-f", str(dockerfile_dir() / "cuda-cross.Dockerfile")]
+        cmd += ["--build-arg", f"BUILDER_IMAGE={builder}", "--build-arg", f"CROSS_TRIPLE={triple}"]
+        cmd += ["--build-arg", f"CUDA_TARGET_DIR={CUDA_TARGET_DIRS[target]}"]
+        cmd += [
+            "--build-arg",
+            f"PIP_PLATFORM=manylinux2014_{target}",
+            "--build-arg",
+            f"CUDA_VERSION={toolkit.version}",
+        ]
+        cmd += ["--network", "host", "-t", tag]
+        if self.ca_bundle:
+            cmd += ["--secret", f"id=ca_bundle,src={self.ca_bundle}"]
+        cmd.append(str(dockerfile_dir()))
+        log = self.logs_dir() / f"cross-{toolkit.short}-{target}.log"
+        build_image(
+            cmd, log, lambda log, tail: f"building the {target} cross image failed (log {log}):\n{tail}"
+        )
+        return tag
+
+    def image_key(self, cell: Cell) -> str:
+        """Which image a cell runs in: its toolkit's builder, or that builder's cross image for its platform."""
+        native = cell.platform == host_machine() or cell.pure_python
+        return str(cell.toolkit) if native else f"{cell.toolkit}/{cell.platform}"
+
     def prepare(self, cells: list[Cell], view: ProgressView) -> None:
         for note in self.pip.notes:
             view.log(note)
@@ -231,15 +276,18 @@ class DockerBackend:
                     f"{toolkit}: the docker backend builds CUDA cells; ROCm cells need docker/rocm-builder"
                 )
             self.images[str(toolkit)] = self.ensure_builder(toolkit, view)
+        for c in cells:
+            key = self.image_key(c)
+            if key not in self.images:
+                self.images[key] = self.ensure_cross(c.toolkit, c.platform, view)
         for py in sorted({c.python for c in cells}):
             python_prefix(py)
 
     def image_of(self, cell: Cell) -> dict[str, str | None]:
         """The builder image a cell ran in, its id (the digest the provenance records) and its base."""
-        key = str(cell.toolkit)
-        tag = self.images.get(key)
+        tag = self.images.get(self.image_key(cell))
         ident = image_id(tag, docker=self.docker) if tag else None
-        return {"image": tag, "image_id": ident, "base": self.bases.get(key)}
+        return {"image": tag, "image_id": ident, "base": self.bases.get(str(cell.toolkit))}
 
     def identity(self) -> str:
         ident: dict[str, object] = {"backend": "docker", "dockerfile": self._dockerfile_digest()}
@@ -301,7 +349,7 @@ class DockerBackend:
             cmd += ["-v", m]
         for k, v in sorted(env.items()):
             cmd += ["-e", f"{k}={v}"]
-        cmd += [self.images.get(str(job.cell.toolkit), "attnforge/cuda-builder")]
+        cmd += [self.images.get(self.image_key(job.cell), "attnforge/cuda-builder")]
         cmd += [f"{prefix}/bin/python{job.cell.python}", "-m", "builder", "--spec", str(job.spec_path)]
         return cmd
 
