@@ -92,15 +92,9 @@ class RssSampler(threading.Thread):
 _CURRENT: list[subprocess.Popen[str]] = []
 
 
-def stream(
-    cmd: list[str],
-    env: dict[str, str],
-    rep: Reporter,
-    cwd: str | None = None,
-    on_line: Callable[[str], None] | None = None,
-    sampler: bool = False,
-) -> tuple[int, dict[str, Any]]:
-    """Run ``cmd`` in its own session, echo its output line by line; (exit code, peak RSS facts in bytes)."""
+def _start(cmd: list[str], env: dict[str, str], cwd: str | None) -> subprocess.Popen[str]:
+    """``cmd`` started in its own session with its output in one text pipe, and stopped on SIGTERM
+    (``terminate_children``); the caller removes it from ``_CURRENT`` when it ends."""
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
@@ -113,6 +107,19 @@ def stream(
         start_new_session=True,
     )
     _CURRENT.append(proc)
+    return proc
+
+
+def stream(
+    cmd: list[str],
+    env: dict[str, str],
+    rep: Reporter,
+    cwd: str | None = None,
+    on_line: Callable[[str], None] | None = None,
+    sampler: bool = False,
+) -> tuple[int, dict[str, Any]]:
+    """Run ``cmd`` in its own session, echo its output line by line; (exit code, peak RSS facts in bytes)."""
+    proc = _start(cmd, env, cwd)
     smp = RssSampler(proc.pid) if sampler else None
     if smp is not None:
         smp.start()
@@ -139,17 +146,7 @@ def run_tracked(
 ) -> tuple[int, str]:
     """Run ``cmd`` to its end in its own session, stopped with the build on SIGTERM; ``started`` gets the
     process (to stop it earlier); (exit code, output)."""
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        env=env,
-        cwd=cwd,
-        start_new_session=True,
-    )
-    _CURRENT.append(proc)
+    proc = _start(cmd, env, cwd)
     started(proc)
     try:
         out, _ = proc.communicate()
