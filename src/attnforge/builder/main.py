@@ -278,7 +278,8 @@ def compile_cell(
         env["ATTNFORGE_KERNEL_LANE"] = str(lane.dir)
         if not binding_fits_beside(lane, rep):
             result["kernel_lane"] = lane.wait()
-    built, parser = compile_wheel(spec, rep, result, vpy, tree, env, py_tag, max_jobs, counter)
+    ninja_counter = counter if lane is not None else None  # alone, ninja's [N/M] is the count
+    built, parser = compile_wheel(spec, rep, result, vpy, tree, env, py_tag, max_jobs, ninja_counter)
     if lane is not None:
         result["kernel_lane"] = merge_lane(result, lane.wait(), parser, rep.windows["compile"][0])
     if prebuilt is None:
