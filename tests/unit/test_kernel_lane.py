@@ -85,8 +85,8 @@ def lane_run(tmp_path: Path) -> tuple[kl.KernelLane, Path, dict[str, object]]:
         "ATTNFORGE_HEAD_DIMS": "128",
         "ATTNFORGE_DEFINES": "-DFLASHATTENTION_DISABLE_BACKWARD",
     }
-    finished: dict[str, object] = {}
-    lane = kl.KernelLane(spec, tree, env, cuda_home, 2, Reporter(None), finished.__setitem__)
+    finished: list[str] = []
+    lane = kl.KernelLane(spec, tree, env, cuda_home, 2, Reporter(None), finished.append)
     assert lane.start() == ["csrc/flash_attn/src/flash_fwd_hdim128_bf16_sm80.cu"]
     assert lane.binding == ["csrc/flash_attn/flash_api.cpp"]
     info = lane.wait()

@@ -127,7 +127,7 @@ class KernelLane:
         cuda_home: str,
         jobs: int,
         rep: Reporter,
-        on_unit: Callable[[str, float], None],
+        on_unit: Callable[[str], None],
         t0: float | None = None,
     ) -> None:
         self.spec, self.tree, self.env, self.rep = spec, tree, env, rep
@@ -235,7 +235,7 @@ class KernelLane:
             self.rep.line(f"attnforge: kernel lane: {src} failed (exit {code}); ninja compiles it")
         self._finish(src, ok, start, end, out.splitlines()[-12:])
         if ok:
-            self.on_unit(Path(src).stem, end - start)
+            self.on_unit(Path(src).stem)
 
     def _finish(self, src: str, ok: bool, start: float, end: float, lines: list[str]) -> None:
         with self._lock:

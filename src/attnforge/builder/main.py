@@ -176,7 +176,7 @@ def start_kernel_lane(
         return None
     jobs = auto_max_jobs(spec.max_jobs, spec.job_mem_gb)
     lane_env = build_env(spec, None, tree, spec.source_date_epoch or 0, jobs, None, base=env)
-    lane = KernelLane(spec, tree, lane_env, home, jobs, rep, lambda name, _s: counter.finish(name), rep.t0)
+    lane = KernelLane(spec, tree, lane_env, home, jobs, rep, counter.finish, rep.t0)
     order = lane.start()
     if not order:
         return None
@@ -276,7 +276,7 @@ def compile_cell(
         env["CXX"], env["CC"] = toolkit_cxx["cxx"], toolkit_cxx["cc"]
     if lane is not None:
         env["ATTNFORGE_KERNEL_LANE"] = str(lane.dir)
-        if not binding_fits_beside(lane, rep):
+        if not binding_fits_beside(rep):
             result["kernel_lane"] = lane.wait()
     ninja_counter = counter if lane is not None else None  # alone, ninja's [N/M] is the count
     built, parser = compile_wheel(spec, rep, result, vpy, tree, env, py_tag, max_jobs, ninja_counter)
@@ -296,7 +296,7 @@ def compile_cell(
     return str(vpy)
 
 
-def binding_fits_beside(lane: KernelLane, rep: Reporter) -> bool:
+def binding_fits_beside(rep: Reporter) -> bool:
     """Whether the binding may compile while the kernel lane still runs: the memory its compilers leave free
     holds the binding's job (cores are shared; memory is what kills a build)."""
     free = detect_machine().memory_available_gb
