@@ -28,11 +28,13 @@ from .exits import EXIT_ENV, BuildFailure
 from .report import Reporter
 from .torchenv import run_capture
 
-CXX_PROBE = r"""
-import sys
-from torch.utils.cpp_extension import load_inline
-src = '''
-#include <torch/extension.h>
+# The probe unit: a TORCH_CHECK thrown inside libc10 unwinds through this compiler's frames to pybind11's
+# handler, as a flash-attn binding's head-dim check does. It includes pybind11 and c10's Exception.h only,
+# not torch/extension.h (all of ATen): a few CPU-seconds of compile instead of about a minute, on the
+# critical path of a first build.
+CXX_PROBE_SOURCE = r"""
+#include <pybind11/pybind11.h>
+#include <c10/util/Exception.h>
 namespace probe { inline void bad(int d) { TORCH_CHECK(false, "attnforge probe: excluded head dim ", d); } }
 int64_t dispatch(int64_t d) {
   return [&] {
@@ -40,8 +42,13 @@ int64_t dispatch(int64_t d) {
     return int64_t(2);
   }();
 }
-'''
-m = load_inline("attnforge_cxx_probe", cpp_sources=[src], functions=["dispatch"], build_directory=sys.argv[1])
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("dispatch", &dispatch); }
+"""
+# Builds CXX_PROBE_SOURCE (argv[2]) with torch's own extension flags and libraries, in argv[1].
+CXX_PROBE = r"""
+import sys
+from torch.utils.cpp_extension import load
+m = load("attnforge_cxx_probe", sources=[sys.argv[2]], build_directory=sys.argv[1])
 assert m.dispatch(64) == 2
 try:
     m.dispatch(16)
@@ -107,9 +114,11 @@ def probe_cxx(vpy: str, cxx: str, env: dict[str, str], work: Path) -> str:
         penv["CC"] = cc
     work.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="cxx-probe-", dir=work) as tmp:
+        source = Path(tmp) / "attnforge_cxx_probe.cpp"
+        source.write_text(CXX_PROBE_SOURCE, encoding="utf-8")
         try:
             proc = subprocess.run(
-                [vpy, "-X", "faulthandler", "-c", CXX_PROBE, tmp],
+                [vpy, "-X", "faulthandler", "-c", CXX_PROBE, tmp, str(source)],
                 env=penv,
                 capture_output=True,
                 text=True,

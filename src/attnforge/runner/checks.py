@@ -61,7 +61,7 @@ class CheckOptions:
     pythons: list[str] = field(default_factory=list)
     reserve_memory_gb: float = 2.0
     matrix_note: str = ""  # why there are no cells (no matrix), if so
-    # compile and run the C++ exception probe (about a minute; runner/compiler_check.py)
+    # compile and run the C++ exception probe (about 10-15 s; runner/compiler_check.py)
     cxx_probe: bool = False
 
 
