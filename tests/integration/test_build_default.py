@@ -69,6 +69,9 @@ def test_default_wheel_and_manifest(built: tuple[Path, Path, str]) -> None:
     ]
     assert len(kernel_starts) == 4 and min(kernel_starts) < windows["venv"][1], (kernel_starts, windows)
     assert manifest["build"]["exceptions_recheck"] == "raised"
+    # the torch venv was made on the host while the builder images built, and the container reused it
+    assert "torch venv cp311-torch2.14.1-cu130: ready in" in output, output[-3000:]
+    assert manifest["build"]["venv_reused"] is True
     assert manifest["toolchain"]["nvcc"].startswith("13.0")
     assert manifest["finalize"]["torch_requirement"] == "torch==2.14.*"
     assert (wheels / "logs" / f"{manifest['cell_id']}.log").is_file()

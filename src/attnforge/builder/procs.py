@@ -155,11 +155,16 @@ def run_tracked(
     return proc.returncode, out
 
 
-def terminate_children(signum: int, frame: Any) -> None:
-    """SIGTERM handler: stop the running tools' process groups, then end the build as interrupted."""
+def stop_children() -> None:
+    """Send SIGTERM to the process groups of the tools this process runs."""
     for proc in list(_CURRENT):
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGTERM)
+
+
+def terminate_children(signum: int, frame: Any) -> None:
+    """SIGTERM handler: stop the running tools' process groups, then end the build as interrupted."""
+    stop_children()
     raise KeyboardInterrupt
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from attnforge.builder.exits import EVENT_PREFIX, EXIT_CONTAINER_KILLED, EXIT_ENV, EXIT_OOM
 from attnforge.builder.files import sha256_file
 from attnforge.builder.spec import Source
-from attnforge.core.errors import BuildError, EnvironmentProblem, InterruptedByUser
+from attnforge.core.errors import AttnforgeError, BuildError, EnvironmentProblem, InterruptedByUser
 from attnforge.engine.backends.routing import Route, make_route_backend, route_of
 from attnforge.engine.jobs import Backend, CellJob, input_hash, make_spec
 from attnforge.engine.progress import ProgressView
@@ -37,6 +37,7 @@ from attnforge.engine.rocm.build_plan import rocm_parallelism
 from attnforge.engine.schedule import CellEstimate, cell_estimates, choose_parallel_cells
 from attnforge.engine.sources import fetch_source
 from attnforge.engine.unittimes import BINDING_UNIT, UnitTimeTable, flags_of
+from attnforge.engine.venv_ahead import VenvAhead
 from attnforge.engine.wheel_record import build_manifest
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.project import Project
@@ -220,6 +221,38 @@ class Engine:
         for cell, _ in todo:
             backend = self.backend_for(cell)
             by_backend.setdefault(id(backend), (backend, []))[1].append(cell)
+        ahead = VenvAhead(self.logs, self.view)
+        try:
+            self._start_venvs_ahead(ahead, todo)
+            return results + self._prepare_and_run(todo, by_backend, len(cells), parallel_cells)
+        finally:
+            ahead.stop()
+
+    def _start_venvs_ahead(self, ahead: VenvAhead, todo: list[tuple[Cell, str]]) -> None:
+        """Start making the torch venvs of cells whose backend can use one made on the host
+        (``engine.venv_ahead``), so that pip runs while the builder images build."""
+        for cell, digest in todo:
+            host_venv = getattr(self.backend_for(cell), "host_venv", None)
+            got = host_venv(cell) if callable(host_venv) else None
+            if got is None:
+                continue
+            python, env = got
+            try:
+                kernel = self.project.matrix.kernels[cell.kernel]
+                source = fetch_source(cell.kernel, kernel, cell.source_sha256, self.cache, self.project.root)
+            except AttnforgeError:
+                continue  # the cell's own build reports it
+            ahead.start(self.job_for(cell, source, 1, digest).spec.replace(python=python), env)
+
+    def _prepare_and_run(
+        self,
+        todo: list[tuple[Cell, str]],
+        by_backend: dict[int, tuple[Backend, list[Cell]]],
+        n_cells: int,
+        parallel_cells: int | None,
+    ) -> list[CellResult]:
+        """Prepare each backend (builder images), then build the cells whose backend is ready."""
+        results: list[CellResult] = []
         # refusals (CK) first, then the triton venv, then the chosen backend (builder images: minutes)
         order: list[Route] = ["rocm-ck", "triton", "default"]
         refused: set[str] = set()
@@ -229,7 +262,7 @@ class Engine:
             try:
                 backend.prepare(members, self.view)
             except (BuildError, EnvironmentProblem) as exc:
-                if len(members) == len(cells):
+                if len(members) == n_cells:
                     raise  # nothing else in this run: the backend's own error and exit code
                 # other backends' cells still build (a CUDA machine with a release target's CK cells)
                 self.view.log(f"{backend.name}: {exc}", "error")

@@ -37,6 +37,7 @@ from attnforge.matrix.rules import host_compiler_problem
 
 BUILDER_MOUNT = "/opt/attnforge"  # the builder package is mounted at /opt/attnforge/builder
 LOCAL_BASE = local_base()
+CONTAINER_CA = "/run/secrets/ca_bundle"
 CUDA_TARGET_DIRS = {"aarch64": "aarch64-linux", "x86_64": "x86_64-linux"}  # nvcc's targets/<dir> per host
 
 
@@ -304,6 +305,39 @@ class DockerBackend:
             return "missing"
 
     # ---- running ----
+    def pip_env(self, in_container: bool) -> dict[str, str]:
+        """pip's settings for a build's venv: no pip config file (the matrix's pip options are the only ones),
+        the index credentials as a netrc pip's requests reads through $NETRC (never in a URL, argument or spec)
+        and the CA bundle, at their paths in the container or on the host."""
+        env = {"PIP_CONFIG_FILE": "/dev/null"}
+        netrc = self.netrc.path()
+        if netrc is not None:
+            env["NETRC"] = CONTAINER_NETRC if in_container else str(netrc)
+        if self.ca_bundle:
+            ca = CONTAINER_CA if in_container else str(self.ca_bundle)
+            env |= {k: ca for k in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")}
+        return env
+
+    def host_venv(self, cell: Cell) -> tuple[str, dict[str, str]] | None:
+        """The interpreter and environment with which the host makes ``cell``'s torch venv so that its container
+        reuses it (``engine.venv_ahead``): the mounted Python by the path the container finds it at, the same pip
+        settings. None for a cross-compiled cell (its venv holds the target's wheels) or a Python not found."""
+        if cell.platform != host_machine() or cell.pure_python:
+            return None
+        try:
+            prefix = python_prefix(cell.python)
+        except EnvironmentProblem:
+            return None
+        python = prefix / "bin" / f"python{cell.python}"
+        if not python.is_file():
+            return None
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+        env |= {
+            "PATH": f"{prefix}/bin{os.pathsep}{os.environ.get('PATH', '')}",
+            **self.pip_env(in_container=False),
+        }
+        return str(python), env
+
     def container_name(self, job: CellJob) -> str:
         """One name per (build cache, cell): two projects (or checkouts) building the same cell on one engine
         get two containers instead of a name conflict."""
@@ -324,15 +358,13 @@ class DockerBackend:
         env = {
             "PYTHONUNBUFFERED": "1",
             "PATH": f"{prefix}/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "PIP_CONFIG_FILE": "/dev/null",
+            **self.pip_env(in_container=True),
         }
         netrc = self.netrc.path()
-        if netrc is not None:  # pip's requests reads $NETRC: credentials never in a URL, argument or spec
+        if netrc is not None:
             mounts.append(f"{netrc}:{CONTAINER_NETRC}:ro")
-            env["NETRC"] = CONTAINER_NETRC
         if self.ca_bundle:
-            mounts.append(f"{self.ca_bundle}:/run/secrets/ca_bundle:ro")
-            env |= {k: "/run/secrets/ca_bundle" for k in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")}
+            mounts.append(f"{self.ca_bundle}:{CONTAINER_CA}:ro")
         if job.memory_limit_gb is not None:
             limit_gb = job.memory_limit_gb
         else:
