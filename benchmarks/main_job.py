@@ -1,7 +1,7 @@
 """Time the README's main job on a fresh clone, phase by phase (``benchmarks/results/main_job.json``).
 
 ``run``: clone COMMIT into a new folder, clear what a fresh machine would not have (every Docker image and
-the build cache, attnforge's and ccache's caches; the pip download cache stays), then run the README's
+the build cache, attnforge's, ccache's and pip's caches), then run the README's
 set-up line ``bash scripts/setup-host.sh && nox -s build-wheels`` with every output line time-stamped.
 ``summarize``: turn that log and the cell's ``result.json`` into one RUN record: the phases with their
 start and end (seconds from the start), ``cell_wall_s``, ``compile_bound_s`` = max(sum of unit seconds /
@@ -27,13 +27,18 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 RESULT = REPO / "benchmarks" / "results" / "main_job.json"
 COMMAND = "bash scripts/setup-host.sh && nox -s build-wheels"
+CONDITIONS = (
+    "fresh clone; every Docker image and the BuildKit cache removed; attnforge's, ccache's and pip's caches "
+    "removed; nothing else running"
+)
 
 
 def fresh_machine() -> None:
-    """Remove what an earlier run left: images, BuildKit cache, attnforge's and ccache's caches."""
+    """Remove what an earlier run left: images, BuildKit cache, attnforge's, ccache's and pip's caches (the
+    host's pip makes the torch venv since 2026-11-26: its cache would hold torch from an earlier run)."""
     subprocess.run(["docker", "system", "prune", "-af"], check=False, capture_output=True)
     subprocess.run(["docker", "builder", "prune", "-af"], check=False, capture_output=True)
-    for cache in ("attnforge", "ccache"):
+    for cache in ("attnforge", "ccache", "pip"):
         shutil.rmtree(Path.home() / ".cache" / cache, ignore_errors=True)
 
 
@@ -115,7 +120,14 @@ def summarize(workdir: Path, log: Path, commit: str) -> dict[str, Any]:
         "base image": [first(lines, r"bootstrapping the local base image"), first(lines, r"created in")],
         "builder image": [first(lines, r"building builder image"), first(lines, r": fetching sources")],
         "unpack": stages.get("unpack"),
-        "venv": stages.get("venv"),
+        # where torch was installed: on the host while the images built (engine/venv_ahead.py), else in the cell
+        "venv": [
+            first(lines, r"torch venv .*: installing on the host"),
+            first(lines, r"torch venv .*: ready in"),
+        ]
+        if first(lines, r"torch venv .*: ready in")
+        else stages.get("venv"),
+        "venv reuse check": stages.get("venv") if first(lines, r"torch venv .*: ready in") else None,
         "probe": stages.get("compiler"),
         "compile": [min(s for s, _ in spans.values()), max(e for _, e in spans.values())],
         "binding": spans.get("flash_api"),
@@ -135,6 +147,7 @@ def summarize(workdir: Path, log: Path, commit: str) -> dict[str, Any]:
         "total_s": round(end, 1),
         "cores": cores,
         "command": COMMAND,
+        "conditions": CONDITIONS,
     }
 
 
@@ -159,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     record[args.key] = summarize(args.workdir, args.log, args.commit)
     record["machine"] = args.machine
     record["conditions"] = (
-        "fresh clone; every Docker image and the BuildKit cache removed, attnforge's build cache new; the pip "
-        "download cache kept; nothing else running"
+        "fresh clone; every Docker image and the BuildKit cache removed, attnforge's build cache new; nothing "
+        "else running; pip's download cache: see each run's own conditions"
     )
     RESULT.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(record[args.key], indent=1))
