@@ -4,8 +4,9 @@ Real parts: pypiserver requiring the password for every read (htpasswd), this ma
 naming it with the password in the URL (PIP_CONFIG_FILE, as an inherited pip.conf), the engine and the
 docker backend running the real builder in the cuda-builder image on the real flash-attn 2.8.3 sdist. The
 index holds a stand-in torch (a small wheel with torch's version, CUDA and ABI facts) and the build
-requirements, so the builder's venv step installs from it through the netrc the backend mounts; the build
-then stops at the host-compiler probe (the stand-in has no headers): no flash-attn unit is compiled.
+requirements, so the build's venv step installs from it through the netrc the backend gives pip (the host makes
+the venv while the image is prepared, the container reuses it); the build then stops at the host-compiler
+probe (the stand-in has no headers): no flash-attn unit is compiled.
 
 While it runs, every process's command line and environment on this machine (container processes included)
 is sampled; afterwards the spec, the engine's log, the builder's log and result, the venv's marker and the
@@ -179,9 +180,12 @@ def test_a_private_index_password_reaches_pip_and_nothing_else(
 
     log = (tmp_path / "wheels" / "logs" / f"{cell.id}.log").read_text()
     assert results[0].status == "failed"  # the stand-in torch has no headers: stopped after the venv step
-    assert '"stage": "venv", "status": "done"' in log, log[-3000:]
-    assert "Successfully installed" in log and "torch-2.14.1" in log
-    assert f"--index-url http://{host}/simple/" in log  # the URL is there, its password is not
+    # the host made the venv while the image was prepared (engine/venv_ahead.py), with the netrc at its host
+    # path; the builder in the container reused it
+    venv_log = (tmp_path / "wheels" / "logs" / "venv-cp311-torch2.14.1-cu130.log").read_text()
+    assert "Successfully installed" in venv_log and "torch-2.14.1" in venv_log, venv_log[-3000:]
+    assert f"--index-url http://{host}/simple/" in venv_log  # the URL is there, its password is not
+    assert '"stage": "venv", "status": "done"' in log and "reusing venv" in log, log[-3000:]
 
     netrc = backend.netrc.path()
     assert netrc is not None and SECRET in netrc.read_text()  # the one place it is, mode 600, removed at exit

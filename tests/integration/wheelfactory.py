@@ -123,6 +123,7 @@ def torch_env(root: Path, key: str) -> TorchEnv:
                 "install",
                 "-q",
                 "--disable-pip-version-check",
+                "--no-compile",  # byte-compiling all of torch: CPU the tests don't need (imports cache it)
                 spec.requirement,
                 "setuptools",
                 "wheel",
