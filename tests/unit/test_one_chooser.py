@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from attnforge.builder import parallelism
 from attnforge.engine import resources
@@ -50,8 +51,17 @@ def _cuda_cell(project: Project) -> Cell:
     return project.plan("default").valid[0]
 
 
+def _project_with_own_cache(tmp_path: Path) -> Project:
+    """The checkout's matrix.yaml with a build cache of the test's own: the engine's job-memory table is read
+    from the cache, and the checkout's cache holds whatever this machine's builds learned."""
+    data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
+    data["build"]["cache_dir"] = str(tmp_path / "cache")
+    (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return Project(tmp_path / "matrix.yaml")
+
+
 def test_every_path_asks_the_one_chooser(calls: list[Any], tmp_path: Path) -> None:
-    project = Project(ROOT / "matrix.yaml")
+    project = _project_with_own_cache(tmp_path)
     cell = _cuda_cell(project)
     rocm = next(c for c in project.plan("release").valid if c.toolkit.kind == "rocm" and not c.pure_python)
 

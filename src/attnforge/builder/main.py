@@ -256,7 +256,8 @@ def compile_cell(
         raise BuildFailure(EXIT_ENV, problem)
     py_tag = "cpython-" + "".join(str(venv["python"]).split(".")[:2])
     ident = identity(spec, tool)
-    prebuilt = usable_prebuilt(spec, ident, rep)
+    # a running kernel lane means the objects were already found unusable (the identity has no torch there)
+    prebuilt = None if lane is not None else usable_prebuilt(spec, ident, rep)
     result["kernel_objects"] = {
         "dir": spec.kernel_objects_dir,
         "reused": prebuilt is not None,
