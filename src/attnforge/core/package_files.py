@@ -37,3 +37,9 @@ def docker_dir(needs: str = "cuda-builder.Dockerfile") -> Path:
         )
         raise EnvironmentProblem(f"no {needs} under {path}: {hint}")
     return path
+
+
+def inside_installed_package(path: Path) -> bool:
+    """Whether ``path`` lies in an installed distribution (site-packages, dist-packages), not a source checkout:
+    a file written there is lost on upgrade and shared by every project using that installation."""
+    return any(part in ("site-packages", "dist-packages") for part in path.resolve().parts)

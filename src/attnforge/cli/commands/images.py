@@ -393,6 +393,7 @@ def standin_cmd(
 @click.option("--update-local", is_flag=True, help="Re-pin every local base that exists on this machine.")
 def bases_cmd(update: tuple[str, ...], update_local: bool) -> None:
     """Show docker/bases.toml against this machine; --update rewrites pins (registry bases are pulled)."""
+    from attnforge.core.package_files import DOCKER_DIR_ENV, inside_installed_package
     from attnforge.engine.base_images import BaseRecord, current_pin, is_local_name, load_bases, write_bases
     from attnforge.images.runtime_image import docker_dir
 
@@ -400,6 +401,12 @@ def bases_cmd(update: tuple[str, ...], update_local: bool) -> None:
     bases = load_bases(path)
     dk = Docker()
     names = list(update)
+    if (update or update_local) and not os.environ.get(DOCKER_DIR_ENV) and inside_installed_package(path):
+        raise click.ClickException(
+            f"{path} belongs to the installed attnforge package: pins written there are lost on upgrade and "
+            f"shared by every project of this installation. Copy the folder ({path.parent}) into your "
+            f"repository, set {DOCKER_DIR_ENV} to the copy and run this again"
+        )
     if update_local:
         names += [b.name for b in bases.values() if b.kind == "local" and dk.image_id(b.name)]
     for name in names:
