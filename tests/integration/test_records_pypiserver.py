@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.test_records_publish import REPORT, WHEEL, attnforge, clean_env, write_raw
+from tests.integration.test_records_publish import REPORT, VARIANT, WHEEL, attnforge, clean_env, write_raw
 from tests.integration.wheelfactory import Served, free_port, pip_install, pypiserver, wait_for
 
 USER = "forge"
@@ -158,3 +158,19 @@ def test_a_destination_without_records_says_they_were_not_published(site: Site) 
     assert proc.returncode == 0, proc.stderr
     assert f"unchanged  {WHEEL}" in proc.stderr
     assert "records: not published ('bare' names no records folder)" in proc.stderr
+
+
+def test_which_reads_a_candidates_manifest_from_the_records_folder(site: Site) -> None:
+    """pypiserver serves no manifest beside a wheel, so `which` can't see the GPU arches it was built for; with
+    the records URL it reads the manifest there and refuses the wheel for a GPU it lacks (gfx1100 here)."""
+    from attnforge.client.which import resolve
+    from attnforge.engine.environment import Env
+
+    gpu_host = Env("3.11", "x86_64", (2, 36), "2.9.1+rocm6.4", "rocm6.4", True, ("gfx1100",), None)
+    blind = resolve(gpu_host, site.index, profile="triton")
+    assert blind.choice is not None and blind.choice.filename == WHEEL, blind.explanation
+    seen = resolve(gpu_host, site.index, profile="triton", records_url=site.records)
+    assert seen.choice is None, seen.explanation
+    (wheel,) = [c for c in seen.candidates if c.filename == WHEEL]
+    assert ("gpu_arch", "wheel has gfx90a, gfx942, GPU here is gfx1100") in wheel.problems
+    assert seen.candidates[0].variant == VARIANT

@@ -36,6 +36,7 @@ records_url_option = click.option(
     "--records-url",
     default=lambda: os.environ.get("ATTNFORGE_RECORDS_URL"),
     show_default="$ATTNFORGE_RECORDS_URL",
-    help="With --verify: where the wheels' signed records are, as <URL>/<project>/<wheel><suffix> (the "
-    "served `records` folder of a pypiserver destination); default: beside the wheel in the index.",
+    help="Where the wheels' signed records and manifests are, as <URL>/<project>/<wheel><suffix> (the served "
+    "`records` folder of a pypiserver destination): --verify checks the records there, and `which` reads each "
+    "candidate's manifest there (its variant and GPU arches); default: beside the wheel in the index.",
 )

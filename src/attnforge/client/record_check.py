@@ -29,6 +29,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from attnforge.client.index_fetch import IndexFault, IndexReader
+from attnforge.client.records_location import records_base
 from attnforge.client.which import fetch_project
 from attnforge.core.errors import EnvironmentProblem, RecordRefused
 from attnforge.wheels.records import (
@@ -90,15 +91,6 @@ def offered(index_url: str, project: str, pick: Any, reader: IndexReader | None 
     raise RecordRefused(f"no matching {project} wheel in {index_url}")
 
 
-def records_base(wheel: Offered, records_url: str | None) -> str:
-    """Where `wheel`'s records are: beside it (a static index), or `<records_url>/<project>/<wheel>` (an index
-    server's records folder, `publish.record_site`)."""
-    if not records_url:
-        return wheel.url
-    project = canonicalize_name(parse_wheel_filename(wheel.filename)[0])
-    return f"{records_url.rstrip('/')}/{project}/{wheel.filename}"
-
-
 def verify_offered(
     wheel: Offered,
     trusted: Sequence[TrustedKey],
@@ -108,7 +100,7 @@ def verify_offered(
     """Check the records the index serves beside `wheel`, or `records_url` holds for it (module docstring),
     read within `reader`'s budget; RecordRefused on a bad one."""
     reader = reader or IndexReader()
-    base = records_base(wheel, records_url)
+    base = records_base(wheel.url, wheel.filename, records_url)
     manifest_raw = _fetch(reader, base + ".manifest.json")
     manifest = json.loads(manifest_raw) if manifest_raw else None
     provenance = _fetch(reader, base + PROVENANCE_SUFFIX)

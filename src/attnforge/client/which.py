@@ -33,6 +33,7 @@ from packaging.version import InvalidVersion, Version
 
 from attnforge.builder.toolkits import cuda_of_variant
 from attnforge.client.index_fetch import IndexFault, IndexReader
+from attnforge.client.records_location import records_base
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.engine.environment import Env, interpreter_abis
 from attnforge.matrix.arch_policy import wheel_runs_on
@@ -74,6 +75,9 @@ class Candidate:
     manifest: dict[str, Any] | None = None
     problems: list[tuple[str, str]] = field(default_factory=list)  # (axis, why)
     reader: IndexReader | None = field(default=None, repr=False, compare=False)  # what read its page
+    records_url: str | None = (
+        None  # an index server's records folder, where its manifest is (records_location)
+    )
 
     @property
     def variant(self) -> str | None:
@@ -205,11 +209,11 @@ def candidates(
 
 
 def load_manifest(c: Candidate) -> dict[str, Any] | None:
-    """The manifest the index keeps beside the wheel (None when it has none, or it cannot be read: then the
-    reader's notes say why)."""
+    """The manifest the index keeps beside the wheel, or its records folder holds (``c.records_url``); None when
+    there is none, or it cannot be read: then the reader's notes say why."""
     if c.manifest is None:
         reader = c.reader or IndexReader()
-        url = c.url + ".manifest.json"
+        url = records_base(c.url, c.filename, c.records_url) + ".manifest.json"
         try:
             body, _ = reader.get(url)
         except IndexFault as fault:
@@ -391,14 +395,17 @@ def resolve(
     profile: str | None = None,
     project: str = PROJECT,
     reader: IndexReader | None = None,
+    records_url: str | None = None,
 ) -> Resolution:
     """Pick the wheel for `env` from the index at `index_url`, or explain why none fits. `reader` bounds
-    the time spent reading the index (default: index_fetch's connect timeout and total budget)."""
+    the time spent reading the index (default: index_fetch's connect timeout and total budget);
+    `records_url`: where an index server that keeps packages only serves the wheels' manifests."""
     reader = reader or IndexReader()
     page, data = fetch_project(index_url, project, reader)
     malformed: list[str] = []
     cands = candidates(page, data, reader, malformed)
     for c in cands:
+        c.records_url = records_url
         c.problems = check(c, env, profile)
     fits = [c for c in cands if not c.problems]
     explanation = [f"environment: {env.describe()}"]

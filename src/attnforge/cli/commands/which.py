@@ -119,7 +119,7 @@ def command(
     if torch:
         env = with_torch(env, torch)
     reader = IndexReader(total_s=timeout)
-    res = resolve(env, index_url, profile, kernel, reader)
+    res = resolve(env, index_url, profile, kernel, reader, records_url)
     if verify and res.choice is not None:
         _verify(project, index_url, kernel, res.choice.filename, trusted_key, reader, records_url)
     fmt = "json" if as_json else fmt
