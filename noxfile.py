@@ -30,7 +30,7 @@ PYTHON = "3.11"
 # an aarch64 compile may take in CI). The 3.14/3.14t and aarch64 plan, rule and workflow tests are unit tests
 # (seconds: tests/unit/test_py314_aarch64_plan.py).
 CI_SLOW_ALLOWLIST: list[str] = [
-    "test_build_default",  # `attnforge build --target default` through Docker + the env build against its torch (~12 min)
+    "test_build_default",  # `attnforge build --target default` through Docker + the env build against its torch (~7 min)
     "test_installed_wheel",  # attnforge's own wheel in a fresh venv: plan, --dry-run, builder image (~2 min)
     "test_images_fast",  # runtime + NGC-style images built, smoked, pushed, pulled back, smoked (~4 min warm)
     "test_flex_cpu_wheel",  # Flex kernels built on CPU, packaged, loaded in a fresh venv (~4 min); also selects
