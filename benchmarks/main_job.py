@@ -114,6 +114,7 @@ def summarize(workdir: Path, log: Path, commit: str) -> dict[str, Any]:
     for name, u in units.items():  # ninja's unit times count from the compile stage, the lane's from t0
         base = t0 if (lane or u.get("lane")) else compile_start
         spans[name] = [round(base + u["start_s"], 1), round(base + u["end_s"], 1)]
+    ahead_done = first(lines, r"torch venv .*: ready in")  # the host made the torch venv (since 9a9d437)
     phases = {
         "setup": [0.0, first(lines, r"setup-host: ready")],
         "nox venv": [first(lines, r"Creating virtual environment"), first(lines, r"nox > attnforge build")],
@@ -121,13 +122,10 @@ def summarize(workdir: Path, log: Path, commit: str) -> dict[str, Any]:
         "builder image": [first(lines, r"building builder image"), first(lines, r": fetching sources")],
         "unpack": stages.get("unpack"),
         # where torch was installed: on the host while the images built (engine/venv_ahead.py), else in the cell
-        "venv": [
-            first(lines, r"torch venv .*: installing on the host"),
-            first(lines, r"torch venv .*: ready in"),
-        ]
-        if first(lines, r"torch venv .*: ready in")
+        "venv": [first(lines, r"torch venv .*: installing on the host"), ahead_done]
+        if ahead_done
         else stages.get("venv"),
-        "venv reuse check": stages.get("venv") if first(lines, r"torch venv .*: ready in") else None,
+        "venv reuse check": stages.get("venv") if ahead_done else None,
         "probe": stages.get("compiler"),
         "compile": [min(s for s, _ in spans.values()), max(e for _, e in spans.values())],
         "binding": spans.get("flash_api"),

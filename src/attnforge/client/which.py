@@ -75,9 +75,8 @@ class Candidate:
     manifest: dict[str, Any] | None = None
     problems: list[tuple[str, str]] = field(default_factory=list)  # (axis, why)
     reader: IndexReader | None = field(default=None, repr=False, compare=False)  # what read its page
-    records_url: str | None = (
-        None  # an index server's records folder, where its manifest is (records_location)
-    )
+    # an index server's records folder, where its manifest is (records_location)
+    records_url: str | None = None
 
     @property
     def variant(self) -> str | None:

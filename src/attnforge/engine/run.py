@@ -230,19 +230,27 @@ class Engine:
 
     def _start_venvs_ahead(self, ahead: VenvAhead, todo: list[tuple[Cell, str]]) -> None:
         """Start making the torch venvs of cells whose backend can use one made on the host
-        (``engine.venv_ahead``), so that pip runs while the builder images build."""
+        (``engine.venv_ahead``), so that pip runs while the builder images build. Each kernel source is fetched
+        once here, however many cells share it."""
+        sources: dict[tuple[str, str | None], Source | None] = {}
         for cell, digest in todo:
             host_venv = getattr(self.backend_for(cell), "host_venv", None)
             got = host_venv(cell) if callable(host_venv) else None
             if got is None:
                 continue
             python, env = got
-            try:
-                kernel = self.project.matrix.kernels[cell.kernel]
-                source = fetch_source(cell.kernel, kernel, cell.source_sha256, self.cache, self.project.root)
-            except AttnforgeError:
-                continue  # the cell's own build reports it
-            ahead.start(self.job_for(cell, source, 1, digest).spec.replace(python=python), env)
+            key = (cell.kernel, cell.source_sha256)
+            if key not in sources:
+                try:
+                    kernel = self.project.matrix.kernels[cell.kernel]
+                    sources[key] = fetch_source(
+                        cell.kernel, kernel, cell.source_sha256, self.cache, self.project.root
+                    )
+                except AttnforgeError:
+                    sources[key] = None  # the cell's own build reports it
+            source = sources[key]
+            if source is not None:
+                ahead.start(self.job_for(cell, source, 1, digest).spec.replace(python=python), env)
 
     def _prepare_and_run(
         self,

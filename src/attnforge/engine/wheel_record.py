@@ -41,9 +41,8 @@ def build_manifest(
             "host_compiler": result.get("host_compiler"),
             "patches_applied": result.get("patches_applied"),
             "torch_build": result.get("torch_build"),
-            "venv_reused": result.get(
-                "venv_reused"
-            ),  # made earlier: by the host while the images built, or a prior build
+            # made earlier: by the host while the images built, or by a prior build
+            "venv_reused": result.get("venv_reused"),
             "started": (dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=seconds)).isoformat(),
             "wall_s": round(seconds, 1),
             "builder_wall_s": result.get("wall_s"),

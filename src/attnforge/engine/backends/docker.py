@@ -114,6 +114,7 @@ class DockerBackend:
         self.bases: dict[str, str] = {}  # toolkit -> the base its builder image was made FROM
         self.pip_args = self.pip.args
         self.interpreter: str | None = None
+        self._host_pythons: dict[str, Path | None] = {}  # python version -> host prefix (host_venv)
 
     # ---- images ----
     def base_for(self, toolkit: Toolkit) -> tuple[str, str]:
@@ -324,12 +325,14 @@ class DockerBackend:
         settings. None for a cross-compiled cell (its venv holds the target's wheels) or a Python not found."""
         if cell.platform != host_machine() or cell.pure_python:
             return None
-        try:
-            prefix = python_prefix(cell.python)
-        except EnvironmentProblem:
-            return None
-        python = prefix / "bin" / f"python{cell.python}"
-        if not python.is_file():
+        if cell.python not in self._host_pythons:  # one interpreter query per Python, not per cell
+            try:
+                self._host_pythons[cell.python] = python_prefix(cell.python)
+            except EnvironmentProblem:
+                self._host_pythons[cell.python] = None
+        prefix = self._host_pythons[cell.python]
+        python = prefix / "bin" / f"python{cell.python}" if prefix else None
+        if python is None or not python.is_file():
             return None
         env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
         env |= {
