@@ -20,10 +20,10 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from attnforge.builder.toolkits import toolkit_variant
 from attnforge.core.kernels import import_names
 from attnforge.engine.environment import Env, run_probe
 from attnforge.matrix.arch_policy import wheel_runs_on
+from attnforge.names import toolkit_variant
 from attnforge.wheels.naming import PROJECT, cuda_minor_compatible, torch_family
 
 EXTENSION = "flash_attn_2_cuda"

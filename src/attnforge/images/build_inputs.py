@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from attnforge.builder.toolkits import cuda_variant
 from attnforge.core.docker_cli import DEFAULT_CA, Docker
 from attnforge.core.errors import ConfigurationError
 from attnforge.engine.backends.pip_config import PipOptions, pip_options
@@ -31,6 +30,7 @@ from attnforge.images.tags import aliases, resolve_tags
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.project import Project
 from attnforge.matrix.schema import PipSpec
+from attnforge.names import cuda_variant
 
 Log = Callable[[str], None]
 

@@ -25,7 +25,7 @@ from urllib.parse import quote
 from packaging.version import InvalidVersion, Version
 
 from attnforge.builder.files import atomic_write_bytes
-from attnforge.builder.toolkits import cuda_of_variant
+from attnforge.names import toolkit_of_variant
 from attnforge.publish.coverage_plan import PlannedCell, PlanSnapshot
 from attnforge.publish.index import ALL, FileRecord, slot
 from attnforge.publish.install_commands import pip_command, uv_config
@@ -155,8 +155,7 @@ def _toolkit_label(toolkit: str) -> str:
 
 
 def _toolkit_of_accel(accel: str) -> str:
-    cuda = cuda_of_variant(accel)
-    return f"cuda{cuda}" if cuda else accel
+    return toolkit_of_variant(accel) or accel
 
 
 def _published_slot(record: FileRecord, manifest: dict[str, Any]) -> _Slot:
