@@ -40,6 +40,7 @@ __all__ = [
     "parse_flex_local",
     "parse_image_tag",
     "parse_local",
+    "parse_toolkit",
     "parse_version",
     "profile_tag",
     "profile_tag_of",
@@ -53,16 +54,24 @@ __all__ = [
 # ------------------------------------------------------------------------------------------- toolkits
 
 
+def parse_toolkit(toolkit: str) -> tuple[str, str] | None:
+    """A matrix toolkit's kind and version: "cuda13.0" -> ("cuda", "13.0"), "rocm6.4" -> ("rocm", "6.4");
+    None for anything else."""
+    for kind in ("cuda", "rocm"):
+        if toolkit.startswith(kind):
+            return kind, toolkit.removeprefix(kind)
+    return None
+
+
 def split_toolkit(toolkit: str) -> tuple[str, str]:
-    """A matrix toolkit's kind and version: "cuda13.0" -> ("cuda", "13.0"); anything else reads as ROCm
-    ("rocm6.4" -> ("rocm", "6.4")), as the matrix schema allows only these two."""
-    kind = "cuda" if toolkit.startswith("cuda") else "rocm"
-    return kind, toolkit[len(kind) :]
+    """`parse_toolkit`, reading anything that is not CUDA as ROCm (the matrix schema allows only these two)."""
+    return parse_toolkit(toolkit) or ("rocm", toolkit[len("rocm") :])
 
 
 def cuda_version(toolkit: str) -> str | None:
     """The CUDA version of a matrix toolkit ("cuda13.0" -> "13.0"); None for a ROCm or unknown toolkit."""
-    return toolkit.removeprefix("cuda") if toolkit.startswith("cuda") else None
+    kind, version = parse_toolkit(toolkit) or ("", "")
+    return version if kind == "cuda" else None
 
 
 def torch_family(version: str) -> str:
@@ -307,7 +316,7 @@ def parse_flex_local(local: str) -> FlexLocal | None:
 
 ALIAS_SUFFIX = "-latest"
 _IMMUTABLE_TAG_RE = re.compile(
-    r"^(?P<kernel>[a-z][a-z-]*?(?:-\d+)?)-?(?P<version>\d[0-9A-Za-z.]*)-(?P<family>.+)-py(?P<py>\d+\.\d+)$"
+    r"^(?P<kernel>[a-z][a-z-]*?(?:-\d+)?)-?(?P<version>\d[0-9A-Za-z.]*)-(?P<family>.+)-py(?P<py>\d+\.\d+t?)$"
 )
 
 
@@ -325,7 +334,8 @@ def image_tag(kernel: str, kernel_version: str, family: str, python: str) -> str
 
 
 def parse_image_tag(tag: str) -> dict[str, str] | None:
-    """kernel, version, family, py of an immutable tag (None for aliases and foreign tags)."""
+    """kernel, version, family, py of an immutable tag (None for aliases and foreign tags); py keeps a
+    free-threaded CPython's `t` (`py3.14t`)."""
     if tag.endswith(ALIAS_SUFFIX):
         return None
     m = _IMMUTABLE_TAG_RE.match(tag)

@@ -147,11 +147,11 @@ def evaluate(
     arches = [a for a in cand.label("arches").split(",") if a]
     if toolkit.startswith("rocm"):
         reasons.append("a ROCm image: needs an AMD GPU (not detected)")
-    elif toolkit.startswith("cuda"):
+    elif (cuda := cuda_version(toolkit)) is not None:
         if not host.gpus:
             reasons.append(f"needs an NVIDIA GPU ({toolkit}); host has {host.describe()}")
         else:
-            need = int(str(cuda_version(toolkit)).split(".")[0])
+            need = int(cuda.split(".")[0])
             have = max_cuda_major(host, floors)
             if have is None:
                 reasons.append("driver version unknown")

@@ -36,7 +36,7 @@ from attnforge.client.records_location import records_base
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.engine.environment import Env, interpreter_abis
 from attnforge.matrix.arch_policy import wheel_runs_on
-from attnforge.names import cuda_of_variant, toolkit_of_variant
+from attnforge.names import cuda_of_variant, cuda_version, toolkit_of_variant
 from attnforge.publish.index import ALL, JSON_TYPE
 from attnforge.publish.install_commands import pip_command, uv_config
 from attnforge.publish.simple_html import read_simple_html
@@ -286,8 +286,9 @@ def check(c: Candidate, env: Env, profile: str | None) -> list[tuple[str, str]]:
                     ("gpu_arch", f"wheel has {', '.join(arches)}, GPU here is {', '.join(missing)}")
                 )
         toolkit = str((manifest.get("inputs") or {}).get("toolkit") or "")
-        if env.driver_cuda and toolkit.startswith("cuda"):
-            need = Version(toolkit.removeprefix("cuda"))
+        cuda = cuda_version(toolkit)
+        if env.driver_cuda and cuda is not None:
+            need = Version(cuda)
             if Version(env.driver_cuda) < need:
                 problems.append(
                     (

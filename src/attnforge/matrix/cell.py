@@ -11,8 +11,6 @@ from attnforge.builder.patches import patch_scope, torch_free
 from attnforge.matrix.schema import ProfileSpec
 from attnforge.names import custom_torch_slug
 
-__all__ = ["Cell", "Toolkit", "custom_torch_slug"]
-
 
 @dataclass(frozen=True)
 class Toolkit:
