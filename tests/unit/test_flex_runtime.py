@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from attnforge.flex.runtime import envkeys
+from attnforge.names import flex_local
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -34,9 +35,9 @@ def test_local_version_and_mismatches() -> None:
         "triton": "3.6.0",
         "python": "3.12",
     }
-    assert envkeys.local_version(cuda) == "torch2.11.cu130.sm90"
+    assert flex_local(cuda).local_version == "torch2.11.cu130.sm90"
     cpu = {"device": "cpu", "torch": "2.13.0+cpu", "cpu_capability": "AVX512", "python": "3.11"}
-    assert envkeys.local_version(cpu) == "torch2.13.cpu.avx512"
+    assert flex_local(cpu).local_version == "torch2.13.cpu.avx512"
     assert envkeys.mismatches(cuda, dict(cuda)) == []
     diff = envkeys.mismatches(cuda, cuda | {"triton": "3.5.0", "driver": "12.8"})
     assert diff == ["triton: built with '3.6.0', here '3.5.0'"]

@@ -29,11 +29,11 @@ from attnforge.images.registry import Manifest, is_loopback
 from attnforge.images.requests import (
     ImageRequest,
     flex_wheels_for,
-    profile_tag_of,
     runtime_request,
     torch_requirement,
 )
 from attnforge.images.tags import ImageSpec, aliases, is_alias, parse_tag, resolve_tags
+from attnforge.names import profile_tag_of
 
 FLOORS = {12: "525.60.13", 13: "580.65.06"}
 
@@ -93,8 +93,6 @@ def test_alias_goes_to_newest_python() -> None:
 def test_profile_tag_of_and_torch_requirement() -> None:
     assert profile_tag_of("cu130torch2.14cxx11abiTRUE") is None
     assert profile_tag_of("cu130torch2.14cxx11abiTRUE.fwd128") == "fwd128"
-    assert profile_tag_of("cu130torch2.14cxx11abitrue.fwd128.ngc2506") == "fwd128"
-    assert profile_tag_of("cu130torch2.14cxx11abiTRUE.ngc2506") is None
     assert profile_tag_of("cu129torch2.8cxx11abiTRUE.pt280a05228986c39.hd128") == "hd128"
     assert profile_tag_of("cu129torch2.8cxx11abiTRUE.pt280a05228986c39") is None
     assert torch_requirement("2.14.1+cu130", "cu130", "cu130") == "torch==2.14.1"

@@ -39,7 +39,7 @@ def cells(mini_compat: CompatData) -> dict[str, Cell]:
 
 
 def _old_build_inputs(cell: Cell) -> dict[str, Any]:
-    """build/manifest.py's `inputs` before the helper (the shape existing manifests have)."""
+    """build/manifest.py's `inputs` before the helper (the shape existing manifests have), plus the tag."""
     return {
         "source": "pypi-sdist",
         "source_sha256": cell.source_sha256,
@@ -54,6 +54,7 @@ def _old_build_inputs(cell: Cell) -> dict[str, Any]:
         "head_dims": cell.profile_spec.head_dims,
         "dtypes": cell.profile_spec.dtypes,
         "patches": list(cell.patches),
+        "profile_tag": cell.profile_tag,  # added since: the tag its names carry, so no reader parses it
     }
 
 

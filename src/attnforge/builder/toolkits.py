@@ -1,5 +1,6 @@
 """Toolkit spellings, one home: CUDA "13.0" <-> PyTorch's variant "cu130", ROCm "6.4" <-> "rocm6.4", and
-the matrix's toolkit names ("cuda13.0", "rocm6.4"). Stdlib only (the builder reads torch variants too)."""
+the matrix's toolkit names ("cuda13.0", "rocm6.4"). Stdlib only (the builder reads torch variants too,
+inside build containers); the host imports them through `attnforge.names`."""
 
 from __future__ import annotations
 

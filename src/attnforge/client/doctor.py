@@ -20,10 +20,10 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from attnforge.builder.toolkits import toolkit_variant
 from attnforge.core.kernels import import_names
 from attnforge.engine.environment import Env, run_probe
 from attnforge.matrix.arch_policy import wheel_runs_on
+from attnforge.names import cuda_version, toolkit_variant
 from attnforge.wheels.naming import PROJECT, cuda_minor_compatible, torch_family
 
 EXTENSION = "flash_attn_2_cuda"
@@ -164,13 +164,14 @@ def diagnose(data: dict[str, Any], kernel: str = PROJECT) -> list[Check]:
                 detail += " (runs its embedded PTX: JIT-compiled by the driver at first use)"
             checks.append(Check("GPU arch", "ok" if how else "fail", detail))
     toolkit = str(inputs.get("toolkit") or "")
-    if env.driver_cuda and toolkit.startswith("cuda"):
-        need = Version(toolkit.removeprefix("cuda"))
+    cuda = cuda_version(toolkit)
+    if env.driver_cuda and cuda is not None:
+        need = Version(cuda)
         ok = Version(env.driver_cuda) >= need
         checks.append(
             Check("driver", "ok" if ok else "fail", f"driver supports CUDA {env.driver_cuda}, needs {need}")
         )
-    elif toolkit.startswith("cuda"):
+    elif cuda is not None:
         checks.append(Check("driver", "skip", "nvidia-smi not found"))
     return checks
 

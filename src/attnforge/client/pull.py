@@ -21,6 +21,7 @@ from attnforge.core.arches import sm_of_compute_cap
 from attnforge.images.registry import Registry
 from attnforge.images.tags import LABEL_PREFIX, is_alias, parse_tag
 from attnforge.matrix.compat import DriverFloor
+from attnforge.names import cuda_version
 
 # Minimum Linux driver per CUDA major (CUDA minor-version compatibility); the compat data's [[driver]] wins.
 DRIVER_FLOORS = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
@@ -118,10 +119,10 @@ class Candidate:
         return self.labels.get(LABEL_PREFIX + key, "")
 
     def sort_key(self) -> tuple[object, ...]:
-        toolkit = self.label("toolkit")
+        cuda = cuda_version(self.label("toolkit"))
         return (
             self.exact,
-            _v(toolkit[4:]) if toolkit.startswith("cuda") else Version("0"),
+            _v(cuda) if cuda is not None else Version("0"),
             _v(self.label("torch")),
             _v(self.label("flash-attn")),
             self.label("profile") == "full",
@@ -146,11 +147,11 @@ def evaluate(
     arches = [a for a in cand.label("arches").split(",") if a]
     if toolkit.startswith("rocm"):
         reasons.append("a ROCm image: needs an AMD GPU (not detected)")
-    elif toolkit.startswith("cuda"):
+    elif (cuda := cuda_version(toolkit)) is not None:
         if not host.gpus:
             reasons.append(f"needs an NVIDIA GPU ({toolkit}); host has {host.describe()}")
         else:
-            need = int(toolkit[4:].split(".")[0])
+            need = int(cuda.split(".")[0])
             have = max_cuda_major(host, floors)
             if have is None:
                 reasons.append("driver version unknown")

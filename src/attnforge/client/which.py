@@ -31,12 +31,12 @@ from urllib.parse import urljoin
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from attnforge.builder.toolkits import cuda_of_variant
 from attnforge.client.index_fetch import IndexFault, IndexReader
 from attnforge.client.records_location import records_base
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.engine.environment import Env, interpreter_abis
 from attnforge.matrix.arch_policy import wheel_runs_on
+from attnforge.names import cuda_of_variant, cuda_version, toolkit_of_variant
 from attnforge.publish.index import ALL, JSON_TYPE
 from attnforge.publish.install_commands import pip_command, uv_config
 from attnforge.publish.simple_html import read_simple_html
@@ -286,8 +286,9 @@ def check(c: Candidate, env: Env, profile: str | None) -> list[tuple[str, str]]:
                     ("gpu_arch", f"wheel has {', '.join(arches)}, GPU here is {', '.join(missing)}")
                 )
         toolkit = str((manifest.get("inputs") or {}).get("toolkit") or "")
-        if env.driver_cuda and toolkit.startswith("cuda"):
-            need = Version(toolkit.removeprefix("cuda"))
+        cuda = cuda_version(toolkit)
+        if env.driver_cuda and cuda is not None:
+            need = Version(cuda)
             if Version(env.driver_cuda) < need:
                 problems.append(
                     (
@@ -353,8 +354,7 @@ def build_cell_for(
 
     if env.torch is None or env.accel is None or env.cxx11_abi is None:
         return None
-    cuda = cuda_of_variant(env.accel)
-    toolkit = Toolkit("cuda", cuda) if cuda is not None else Toolkit("rocm", env.accel[4:])
+    toolkit = Toolkit.parse(toolkit_of_variant(env.accel) or env.accel)
     arches: tuple[str, ...] = tuple(sorted(set(env.gpus)))
     if near is not None and near.local is not None and near.local.stable_abi:
         arches = ()  # a fixed-arch kernel (FA3: sm_90a for an sm_90 GPU): take the nearest wheel's

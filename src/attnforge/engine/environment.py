@@ -12,10 +12,10 @@ from typing import Any
 
 from packaging.tags import compatible_tags, cpython_tags
 
-from attnforge.builder.toolkits import cuda_variant, rocm_variant
 from attnforge.core.arches import sm_of_compute_cap
 from attnforge.core.errors import EnvironmentProblem
 from attnforge.engine import env_probe as probe
+from attnforge.names import cuda_variant, rocm_variant
 
 PROBE_MARK = "ATTNFORGE-PROBE "
 

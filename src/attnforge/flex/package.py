@@ -10,7 +10,6 @@ a family other than ``default`` is prepended (``+swa.torch2.11.cu130.sm90``).
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -18,8 +17,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from attnforge import names
 from attnforge.core.errors import BuildError
-from attnforge.flex.runtime import MANIFEST, envkeys
+from attnforge.flex.runtime import MANIFEST
 
 DIST_NAME = "attnforge-flex-kernels"
 IMPORT_NAME = "attnforge_flex"
@@ -90,11 +90,8 @@ Variants: {variants}. Built {created}. In another environment `load()` warns onc
 
 def wheel_version(manifest: dict[str, Any]) -> str:
     """``0.1.0+torch2.11.cu130.sm90`` (family prepended to the local part unless ``default``)."""
-    local = envkeys.local_version(manifest["env"])
-    fam = re.sub(r"[^a-z0-9]", "", str(manifest.get("family", "default")).lower())
-    if fam and fam != "default":
-        local = f"{fam}.{local}"
-    return f"{BASE_VERSION}+{local}"
+    local = names.flex_local(manifest["env"], str(manifest.get("family", "default")))
+    return f"{BASE_VERSION}+{local.local_version}"
 
 
 def write_project(artifacts: Path, project: Path) -> dict[str, Any]:

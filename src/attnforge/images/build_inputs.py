@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from attnforge.builder.toolkits import cuda_variant
 from attnforge.core.docker_cli import DEFAULT_CA, Docker
 from attnforge.core.errors import ConfigurationError
 from attnforge.engine.backends.pip_config import PipOptions, pip_options
@@ -31,6 +30,7 @@ from attnforge.images.tags import aliases, resolve_tags
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.project import Project
 from attnforge.matrix.schema import PipSpec
+from attnforge.names import cuda_variant, cuda_version
 
 Log = Callable[[str], None]
 
@@ -83,7 +83,8 @@ def runtime_base_for(project: Project, explicit: str | None, toolkit: str, log: 
     if matrix is None or matrix.build.local_base:
         return DEFAULT_RUNTIME_BASE
     compat = optional_compat(project, log)
-    row = compat.cuda_toolkit(toolkit.removeprefix("cuda")) if compat is not None else None
+    cuda = cuda_version(toolkit)
+    row = compat.cuda_toolkit(cuda) if compat is not None and cuda is not None else None
     if row is None or not row.runtime_image:
         raise ConfigurationError(f"no runtime base known for {toolkit}: give --runtime-base")
     return str(row.runtime_image)

@@ -13,6 +13,7 @@ from attnforge.core.docker_cli import Docker
 from attnforge.core.errors import EnvironmentProblem
 from attnforge.engine.environment import PROBE_MARK, Env
 from attnforge.matrix.compat import NgcRelease
+from attnforge.names import cuda_version
 
 NGC_IMAGE_TEMPLATE = "nvcr.io/nvidia/pytorch:{release}-py3"
 STANDIN_TEMPLATE = "attnforge-standin/ngc-pytorch:{release}"
@@ -107,9 +108,10 @@ def select_release(
         return (
             (row, "asked for") if row else (None, f"no [[ngc]] row for release {release} in the compat data")
         )
-    if not toolkit.startswith("cuda"):
+    version = cuda_version(toolkit)
+    if version is None:
         return None, f"NGC PyTorch images are CUDA images; this cell is {toolkit}"
-    cuda = _mm(toolkit[4:])
+    cuda = _mm(version)
     fits = [
         r
         for r in rows

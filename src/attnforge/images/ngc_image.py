@@ -25,7 +25,6 @@ from typing import Any
 
 from attnforge.builder.files import sha256_file
 from attnforge.builder.spec import BuildSpec, Source
-from attnforge.builder.toolkits import cuda_variant
 from attnforge.core.docker_cli import Docker
 from attnforge.core.errors import BuildError, ConfigurationError, EnvironmentProblem
 from attnforge.engine.backends.env import environment_cell
@@ -45,6 +44,7 @@ from attnforge.matrix.cell import Cell
 from attnforge.matrix.compat import NgcRelease
 from attnforge.matrix.project import Project
 from attnforge.matrix.schema import ProfileSpec
+from attnforge.names import cuda_variant
 from attnforge.wheels.finalize import finalize_built
 from attnforge.wheels.manifest import read_manifest
 from attnforge.wheels.naming import cell_from_manifest

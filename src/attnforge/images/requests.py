@@ -4,18 +4,18 @@ beside flash-attn, and the wheels or cells that get no image (with the reason)."
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from attnforge.builder.toolkits import toolkit_variant
+from attnforge import names
 from attnforge.core.errors import ConfigurationError
 from attnforge.core.kernels import modules
 from attnforge.images.ngc import BaseFacts
 from attnforge.images.tags import ImageSpec, parity_text
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.compat import NgcRelease
+from attnforge.wheels.naming import profile_tag_from_manifest
 
 
 @dataclass
@@ -66,15 +66,6 @@ def _local_of(wheel_name: str) -> str:
     return parts[1].partition("+")[2] if len(parts) >= 5 else ""
 
 
-def profile_tag_of(local: str) -> str | None:
-    """'cu130torch2.14cxx11abiTRUE[.pt<build>].fwd128' -> 'fwd128'; None for the full profile."""
-    m = re.search(r"cxx11abi(?:true|false)\.(.+)$", local, re.IGNORECASE)
-    if not m:
-        return None
-    parts = [p for p in m.group(1).split(".") if not re.fullmatch(r"ngc\d+|pt\d[a-z0-9]*", p, re.IGNORECASE)]
-    return ".".join(parts) or None
-
-
 def _dist_version(wheel_name: str) -> str:
     """The version as the file name spells it (keeps 'cxx11abiTRUE' as upstream writes it)."""
     return wheel_name.split("-")[1]
@@ -94,7 +85,7 @@ def runtime_request(
 ) -> ImageRequest:
     """The runtime image of one finished wheel."""
     inputs = manifest.get("inputs") or {}
-    tag = profile_tag_of(_local_of(wheel.name))
+    tag = profile_tag_from_manifest(manifest, _local_of(wheel.name))
     torch_built = str((manifest.get("toolchain") or {}).get("torch") or inputs.get("torch") or "")
     variant = str(inputs.get("torch_variant") or "")
     spec = ImageSpec(
@@ -136,14 +127,12 @@ FLEX_DIST = "attnforge_flex_kernels"
 def flex_wheels_for(req: ImageRequest, wheels_dir: Path) -> list[Path]:
     """The FlexAttention kernel wheels (helper `attnforge.flex`) built for this image's torch and toolkit."""
     spec = req.spec
-    family = ".".join(spec.torch.split("+")[0].split(".")[:2])
-    toolkit = spec.toolkit
-    short = toolkit_variant(toolkit) or toolkit
+    family = names.torch_family(spec.torch)
+    accel = names.toolkit_variant(spec.toolkit) or spec.toolkit
     out = []
     for wheel in sorted(wheels_dir.glob(f"{FLEX_DIST}-*.whl")):
-        local = _local_of(wheel.name)
-        has_torch = re.search(rf"(^|\.)torch{re.escape(family)}(\.|$)", local)
-        if has_torch and re.search(rf"(^|\.){re.escape(short)}(\.|$)", local):
+        parts = names.parse_flex_local(_local_of(wheel.name))
+        if parts is not None and parts.torch_family == family and parts.accel == accel:
             out.append(wheel)
     return out
 

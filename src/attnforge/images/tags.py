@@ -15,14 +15,11 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from attnforge.core.errors import ConfigurationError
+from attnforge.names import ALIAS_SUFFIX, image_family, image_tag, parse_image_tag
 
 LABEL_PREFIX = "io.attnforge."
 OCI = "org.opencontainers.image."
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-IMMUTABLE_TAG_RE = re.compile(
-    r"^(?P<kernel>[a-z][a-z-]*?)(?P<version>\d[0-9A-Za-z.]*)-(?P<family>.+)-py(?P<py>\d+\.\d+)$"
-)
-ALIAS_SUFFIX = "-latest"
 
 
 @dataclass(frozen=True)
@@ -53,20 +50,14 @@ class ImageSpec:
 
     @property
     def family(self) -> str:
-        """The tag's middle part: variant, profile tag, arches where needed."""
-        parts = [self.variant]
-        if self.profile_tag:
-            parts.append(self.profile_tag)
-        if self.arch_suffix:
-            parts.append(self.arch_slug)
-        return "-".join(parts)
+        """The tag's middle part: variant, profile tag, arches where needed (`attnforge.names`)."""
+        return image_family(self.variant, self.profile_tag, self.arch_slug if self.arch_suffix else None)
 
     @property
     def tag(self) -> str:
         """`flash-attn2.8.3-<family>-py3.12`; a kernel name ending in a digit gets a dash before the version
         (`flash-attn-3-3.0.0-cu130-sm90a-torch2.9abi3-fa3hd64128-py3.12`)."""
-        sep = "-" if self.kernel[-1:].isdigit() else ""
-        return f"{self.kernel}{sep}{self.kernel_version}-{self.family}-py{self.python}"
+        return image_tag(self.kernel, self.kernel_version, self.family, self.python)
 
     @property
     def alias(self) -> str:
@@ -167,7 +158,4 @@ def is_alias(tag: str) -> bool:
 
 def parse_tag(tag: str) -> dict[str, str] | None:
     """kernel, version, family, py of an immutable tag (None for aliases and foreign tags)."""
-    if is_alias(tag):
-        return None
-    m = IMMUTABLE_TAG_RE.match(tag)
-    return m.groupdict() if m else None
+    return parse_image_tag(tag)

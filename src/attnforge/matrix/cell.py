@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 
+from attnforge import names
 from attnforge.builder.patches import patch_scope, torch_free
-from attnforge.builder.toolkits import cuda_variant
 from attnforge.matrix.schema import ProfileSpec
+from attnforge.names import custom_torch_slug
 
 
 @dataclass(frozen=True)
@@ -21,8 +21,7 @@ class Toolkit:
 
     @classmethod
     def parse(cls, text: str) -> Toolkit:
-        kind = "cuda" if text.startswith("cuda") else "rocm"
-        return cls(kind, text[len(kind) :])
+        return cls(*names.split_toolkit(text))
 
     @property
     def major(self) -> int:
@@ -35,7 +34,7 @@ class Toolkit:
     @property
     def short(self) -> str:
         """cu128 / rocm6.4: PyTorch's own variant spelling."""
-        return cuda_variant(self.version) if self.kind == "cuda" else f"rocm{self.version}"
+        return names.toolkit_variant(str(self)) or str(self)
 
     def __str__(self) -> str:
         return f"{self.kind}{self.version}"
@@ -114,36 +113,40 @@ class Cell:
         )
 
     @property
+    def name_parts(self) -> names.LocalParts:
+        """The axes its variant and local version name (`attnforge.names` makes and parses both)."""
+        if self.stable_abi:
+            return names.LocalParts(
+                accel=self.toolkit.short,
+                torch_family=str(self.torch_floor),
+                cxx11_abi=True,
+                profile_tag=self.profile_tag,
+                arches=tuple(a.replace("_", "") for a in self.arches),
+                stable_abi=True,
+            )
+        return names.LocalParts(
+            accel=self.toolkit.short,
+            torch_family=self.torch_family,
+            cxx11_abi=self.cxx11_abi,
+            profile_tag=self.profile_tag,
+            torch_build=self.custom_torch,
+        )
+
+    @property
     def variant(self) -> str:
         """Index/image family name: cu128-torch2.8 (+ -cxx11abiFALSE for the old ABI); a stable-ABI wheel names
         its toolkit, arches and torch floor instead of one torch release: cu130-sm90a-torch2.9abi3."""
-        if self.stable_abi:
-            return f"{self.toolkit.short}-{self.arch_slug}-torch{self.torch_floor}abi3"
-        base = f"{self.toolkit.short}-torch{self.torch_family}"
-        if self.custom_torch:
-            base += f"-pt{self.custom_torch}"
-        return base if self.cxx11_abi else f"{base}-cxx11abiFALSE"
+        return self.name_parts.variant
 
     @property
     def profile_tag(self) -> str | None:
-        spec = self.profile_spec
-        if self.profile == "full" and spec.is_full:
-            return None
-        return spec.tag or self.profile
+        return names.profile_tag(self.profile, self.profile_spec.tag, self.profile_spec.is_full)
 
     @property
     def local_version(self) -> str:
         """Upstream's habit (cu128torch2.8cxx11abiTRUE), `.pt<build>` for a custom torch build, then the
         profile tag when not full. A stable-ABI wheel: cu130sm90atorch2.9abi3[.tag] (toolkit, arches, floor)."""
-        tag = self.profile_tag
-        if self.stable_abi:
-            local = f"{self.toolkit.short}{self.arch_slug.replace('-', '')}torch{self.torch_floor}abi3"
-            return f"{local}.{tag}" if tag else local
-        abi = "TRUE" if self.cxx11_abi else "FALSE"
-        local = f"{self.toolkit.short}torch{self.torch_family}cxx11abi{abi}"
-        if self.custom_torch:
-            local += f".pt{self.custom_torch}"
-        return f"{local}.{tag}" if tag else local
+        return self.name_parts.local_version
 
     @property
     def pure_python(self) -> bool:
@@ -260,15 +263,3 @@ class Cell:
 
 def _digest(inputs: dict[str, object]) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
-
-
-RELEASE_LOCAL_RE = re.compile(r"^(cu\d{2,4}|rocm\d+(\.\d+)*|cpu)$")
-
-
-def custom_torch_slug(version: str) -> str | None:
-    """None for a release wheel's version (`2.11.0`, `2.11.0+cu130`); else its letters and digits, lower
-    case (`2.10.0a0+5a8cd0ef.nv25.06` -> `2100a05a8cd0efnv2506`): a pre/dev release or a local build."""
-    release, _, local = version.partition("+")
-    if re.fullmatch(r"\d+\.\d+(\.\d+)?", release) and (not local or RELEASE_LOCAL_RE.match(local)):
-        return None
-    return re.sub(r"[^a-z0-9]", "", version.lower())

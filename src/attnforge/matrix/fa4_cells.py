@@ -10,9 +10,10 @@ the Python minor in its tag (FA4's cache fingerprint hashes the Python minor: ``
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from attnforge.names import fa4_local
 
 KERNEL = "flash-attn-4"  # the kernel name a target's `kernel` axis gives for FA4 cells
 WHEEL_DIST = "attnforge-fa4-kernels"
@@ -99,8 +100,7 @@ def cells(stack_majors: Iterable[int] = CUDA_MAJORS) -> list[tuple[Cell, list[st
 
 def wheel_version(fa4_version: str, cuda_major: int | str, arch: int | str) -> str:
     """``0.1.0+fa4v4.0.0b36.cu13.sm90``: the kernel wheel's version (the arch is in FA4's compile key)."""
-    fa4 = re.sub(r"[^a-z0-9.]", "", fa4_version.lower())
-    return f"{WHEEL_BASE_VERSION}+fa4v{fa4}.cu{cuda_major}.sm{arch}"
+    return f"{WHEEL_BASE_VERSION}+{fa4_local(fa4_version, cuda_major, arch).local_version}"
 
 
 def wheel_name(fa4_version: str, cell: Cell) -> str:

@@ -11,10 +11,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from attnforge.matrix.fa4_cells import KERNEL, Cell, cells, rules, wheel_name, wheel_version
+from attnforge.matrix.fa4_cells import KERNEL, Cell, cells, rules, wheel_name
 from attnforge.matrix.fa4_section import FA4Section
+from attnforge.names import cuda_version, fa4_local
 
-_CUDA = re.compile(r"^cuda(\d+)\.\d+$")
 _SM = re.compile(r"^sm_(\d+)[a-z]?$")
 
 
@@ -55,7 +55,8 @@ def _verdicts(combo: dict[str, Any], section: FA4Section | None) -> list[FA4Verd
     arches = [combo["arch"]] if isinstance(combo["arch"], str) else list(combo["arch"])
     out = []
     for arch in arches:
-        cu, sm = _CUDA.match(toolkit), _SM.match(arch)
+        cuda, sm = cuda_version(toolkit), _SM.match(arch)
+        cu = re.fullmatch(r"(\d+)\.\d+", cuda or "")
         if cu is None or sm is None:
             what = f"toolkit {toolkit}" if cu is None else f"arch {arch}"
             out.append(
@@ -78,7 +79,7 @@ def _verdicts(combo: dict[str, Any], section: FA4Section | None) -> list[FA4Verd
 def _verdict(cell: Cell, problems: list[str], section: FA4Section | None) -> FA4Verdict:
     verdict = FA4Verdict(cell.id, cell, problems)
     if section is not None and not problems:
-        verdict.variant = wheel_version(section.version, cell.cuda_major, cell.arch).partition("+")[2]
+        verdict.variant = fa4_local(section.version, cell.cuda_major, cell.arch).local_version
         verdict.wheel = wheel_name(section.version, cell)
     return verdict
 

@@ -6,12 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from attnforge.builder.patches import patch_exists
-from attnforge.builder.toolkits import cuda_variant
 from attnforge.core.arches import arch_number
 from attnforge.core.kernels import features as kernel_features
 from attnforge.matrix.arch_policy import compiled_targets
 from attnforge.matrix.cell import Cell, Toolkit
 from attnforge.matrix.compat import CompatData, KernelRelease, parse_version
+from attnforge.names import cuda_variant
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnforge import names
 from attnforge.core.kernels import dtypes, features, head_dims
 
 ALL_HEAD_DIMS: tuple[int, ...] = head_dims("flash-attn")
@@ -84,14 +85,10 @@ def from_manifest(data: dict[str, Any]) -> WheelProfile:
 
 
 def profile_tag(version: str) -> str | None:
-    """The profile tag of a local version: ``2.8.3+cu130torch2.14cxx11abiTRUE.hd128`` -> ``hd128``."""
-    if "+" not in version:
-        return None
-    parts = version.split("+", 1)[1].split(".")
-    abi = [i for i, p in enumerate(parts) if "cxx11abi" in p.lower() or p.lower().endswith("abi3")]
-    rest = parts[abi[0] + 1 :] if abi else parts[1:]
-    rest = [p for p in rest if p and not p.isdigit()]
-    return rest[0] if rest else None
+    """The profile tag of a version: ``2.8.3+cu130torch2.14cxx11abiTRUE.hd128`` -> ``hd128`` (a custom torch
+    build's ``.pt<build>`` is not one); None without a tag or a local version of ours (`attnforge.names`)."""
+    parts = names.parse_version(version)
+    return parts.profile_tag if parts else None
 
 
 def from_local_version(

@@ -25,7 +25,7 @@ from urllib.parse import quote
 from packaging.version import InvalidVersion, Version
 
 from attnforge.builder.files import atomic_write_bytes
-from attnforge.builder.toolkits import cuda_of_variant
+from attnforge.names import parse_toolkit, toolkit_of_variant
 from attnforge.publish.coverage_plan import PlannedCell, PlanSnapshot
 from attnforge.publish.index import ALL, FileRecord, slot
 from attnforge.publish.install_commands import pip_command, uv_config
@@ -120,12 +120,10 @@ class _Slot:
     @property
     def row_key(self) -> tuple[Any, ...]:
         """Rows sort per-torch before stable ABI, CUDA before ROCm, then by version, torch, ABI, platform."""
-        if self.toolkit.startswith("cuda"):
-            accel: tuple[Any, ...] = (0, _version(self.toolkit.removeprefix("cuda")))
-        elif self.toolkit.startswith("rocm"):
-            accel = (1, _version(self.toolkit.removeprefix("rocm")))
-        else:
-            accel = (2, self.toolkit)
+        kind, version = parse_toolkit(self.toolkit) or ("", self.toolkit)
+        accel: tuple[Any, ...] = {"cuda": (0, _version(version)), "rocm": (1, _version(version))}.get(
+            kind, (2, self.toolkit)
+        )
         return (self.stable, accel, _version(self.torch), not self.cxx11_abi, self.platform, self.arches)
 
     def row_label(self) -> str:
@@ -147,16 +145,12 @@ def _version(text: str) -> tuple[Any, ...]:
 
 
 def _toolkit_label(toolkit: str) -> str:
-    if toolkit.startswith("cuda"):
-        return "CUDA " + toolkit.removeprefix("cuda")
-    if toolkit.startswith("rocm"):
-        return "ROCm " + toolkit.removeprefix("rocm")
-    return toolkit
+    kind, version = parse_toolkit(toolkit) or ("", "")
+    return {"cuda": f"CUDA {version}", "rocm": f"ROCm {version}"}.get(kind, toolkit)
 
 
 def _toolkit_of_accel(accel: str) -> str:
-    cuda = cuda_of_variant(accel)
-    return f"cuda{cuda}" if cuda else accel
+    return toolkit_of_variant(accel) or accel
 
 
 def _published_slot(record: FileRecord, manifest: dict[str, Any]) -> _Slot:

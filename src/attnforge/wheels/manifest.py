@@ -57,6 +57,7 @@ class Inputs(BaseModel):
     torch_variant: str | None = None
     arches: list[str] = []
     profile: str = "full"
+    profile_tag: str | None = None  # absent in manifests older than the field
 
 
 class ManifestView(BaseModel):
@@ -158,6 +159,8 @@ def manifest_inputs(cell: Cell, *, for_image: bool = False) -> dict[str, Any]:
         "head_dims": head_dims,
         "dtypes": cell.profile_spec.dtypes,
         "patches": list(cell.patches),
+        # the tag its names carry (null: none), so no reader parses it back out of the local version
+        "profile_tag": cell.profile_tag,
     }
     if cell.torch_build:
         inputs["torch_build"] = cell.torch_build

@@ -15,7 +15,6 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from attnforge.builder.toolkits import toolkit_of_variant
 from attnforge.core.arches import arch_runs_on
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.engine.backends.local import LocalBackend, find_nvcc, tool_version
@@ -25,6 +24,7 @@ from attnforge.matrix.cell import Cell, Toolkit
 from attnforge.matrix.plan import make_cell
 from attnforge.matrix.project import Project
 from attnforge.matrix.rules import ENVIRONMENT_ANSWERS, check
+from attnforge.names import toolkit_of_variant
 
 
 def read_environment(python: str) -> Env:

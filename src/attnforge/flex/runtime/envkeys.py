@@ -91,18 +91,3 @@ def mismatches(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
         if recorded.get(k) != current.get(k):
             out.append(f"{k}: built with {recorded.get(k)!r}, here {current.get(k)!r}")
     return out
-
-
-def local_version(keys: dict[str, Any]) -> str:
-    """A PEP 440 local version naming torch, toolkit and arch: ``torch2.11.cu130.sm90`` / ``torch2.13.cpu.avx2``."""
-    tv = str(keys.get("torch", "0")).split("+")[0].split(".")
-    parts = [f"torch{tv[0]}.{tv[1] if len(tv) > 1 else 0}"]
-    if keys.get("device") == "cuda":
-        cuda = str(keys.get("cuda") or "0.0").split(".")
-        parts.append(f"cu{cuda[0]}{cuda[1] if len(cuda) > 1 else 0}")
-        parts.append("sm" + str(keys.get("capability") or "0.0").replace(".", ""))
-    else:
-        parts.append("cpu")
-        cap = "".join(ch for ch in str(keys.get("cpu_capability") or "default").lower() if ch.isalnum())
-        parts.append(cap or "default")
-    return ".".join(parts)
