@@ -180,14 +180,15 @@ def test_the_page_is_tables_with_headers_and_works_without_script(index: StaticI
     page = (index.root / "index.html").read_text()
     s = Structure()
     s.feed(page)
-    assert s.html_lang == "en" and s.tables == s.captions == 1
+    assert s.html_lang == "en" and s.tables == s.captions == 2  # the published wheels, the grid
     assert s.th_scopes == {"thead": {"col"}, "tbody": {"row"}}
     assert s.label_for == {"filter-text", "filter-state"} <= s.ids  # every control has its label
     assert "hidden" in s.form and s.form["role"] == "search"  # the script shows the filter it drives
     assert s.script
-    # every state is a word; the refused cell names its rule without a click (details for the sentence)
+    # every state is a word; the rows refused in every cell are folded, each rule's sentence written once
     assert '<strong class="state">parity passed</strong>' in page
-    assert "<summary>Rule: torch-toolkit</summary>" in page
+    assert "<summary>4 cells refused by a rule, under the 2 reasons the rules give</summary>" in page
+    assert '<strong class="rules">torch-toolkit</strong>, 2 cells: torch 2.14&#x27;s oldest' in page
     assert (
         "Parity passed on NVIDIA H100 80GB HBM3, driver 580.65.06, 2026-11-20T10:00:00+00:00; report: "
         in page

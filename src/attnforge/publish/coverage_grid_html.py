@@ -99,38 +99,35 @@ def _row(section: Section, row: Row, ids: GridIds, group_of: dict[str, str]) -> 
     )
 
 
-def _pythons(pythons: list[str], every: list[str]) -> str:
+def _pythons(pythons: list[str]) -> str:
     if pythons == [ANY_PYTHON]:
         return "every Python (stable ABI)"
-    if pythons == every:
-        return "every Python column"
     return "Python " + ", ".join(pythons)
 
 
 def merge_labels(labels: list[str]) -> list[str]:
     """Row labels that differ only in their first part, written once: `CUDA 12.1 · torch 2.5` and
     `CUDA 12.2 · torch 2.5` -> `CUDA 12.1, 12.2 · torch 2.5`."""
-    heads: dict[str, list[str]] = {}
+    heads: dict[tuple[str, str], list[str]] = {}  # (first word, the rest after the first part) -> heads
     for label in labels:
         head, sep, tail = label.partition(" · ")
-        heads.setdefault(sep + tail, []).append(head)
+        heads.setdefault((head.split(" ", 1)[0], sep + tail), []).append(head)
     out = []
-    for tail, hs in heads.items():
-        words = [h.split(" ", 1) for h in hs]
-        if len(hs) > 1 and all(len(w) == 2 and w[0] == words[0][0] for w in words):
-            out.append(words[0][0] + " " + ", ".join(w[1] for w in words) + tail)
+    for (word, tail), hs in heads.items():
+        if len(hs) > 1 and all(h.startswith(word + " ") for h in hs):
+            out.append(word + " " + ", ".join(h[len(word) + 1 :] for h in hs) + tail)
         else:
             out += [h + tail for h in hs]
     return out
 
 
-def _group(anchor: str, group: RefusalGroup, every: list[str]) -> str:
+def _group(anchor: str, group: RefusalGroup) -> str:
     """One reason: its sentence, then the rows it refuses gathered by the Pythons they cover."""
     by_pythons: dict[tuple[str, ...], list[str]] = {}
     for label, pythons in group.rows.items():
         by_pythons.setdefault(tuple(pythons), []).append(label)
     cells = "".join(
-        f"<li>{esc(_pythons(list(pythons), every))}: {esc('; '.join(merge_labels(labels)))}</li>"
+        f"<li>{esc(_pythons(list(pythons)))}: {esc('; '.join(merge_labels(labels)))}</li>"
         for pythons, labels in by_pythons.items()
     )
     n = group.count
@@ -175,7 +172,7 @@ def section_html(n: int, section: Section, ids: GridIds) -> str:
             f"<summary>{refused} cell{'s' if refused != 1 else ''} refused by a rule, "
             f"under the {len(groups)} reason{'s' if len(groups) != 1 else ''} the rules give</summary>",
             '<ul class="groups">',
-            *[_group(group_of[g.reason], g, section.pythons) for g in groups],
+            *[_group(group_of[g.reason], g) for g in groups],
             "</ul>",
             "</details>",
         ]
