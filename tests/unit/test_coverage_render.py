@@ -173,7 +173,8 @@ def test_refused_cells_are_folded_into_one_group_per_reason(page_and_sections: t
     )
     # a refused cell left in a kept row links to its reason's group
     anchor = re.search(
-        r'<div class="entry state-refused"><strong class="state">refused by a rule</strong>: '
+        r'<div class="entry state-refused"><strong class="state">refused<span class="sr-only"> by a rule</span>'
+        r"</strong>: "
         r'<a href="#(r1-\d+)">',
         page,
     )

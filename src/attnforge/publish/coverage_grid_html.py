@@ -58,7 +58,10 @@ def _entry(e: Entry, ids: GridIds, group_of: dict[str, str]) -> str:
         )
     if e.state == "refused":
         links = ", ".join(f'<a href="#{group_of.get(r, "")}">{esc(rule_of(r))}</a>' for r in e.reasons)
-        return f"<div {cls}>{state_word(e.state)}: {links}</div>"
+        # the state's first word shows, all of it is read: the cell stays narrow, its text whole
+        first, _, rest = STATE_LABELS[e.state].partition(" ")
+        hidden = f'<span class="sr-only"> {esc(rest)}</span>' if rest else ""
+        return f'<div {cls}><strong class="state">{esc(first)}{hidden}</strong>: {links}</div>'
     build = ""
     if e.cell_id:
         build = (
@@ -77,8 +80,8 @@ def _row(section: Section, row: Row, ids: GridIds, group_of: dict[str, str]) -> 
         span = max(1, len(section.pythons))
         cells.append(
             f'<td colspan="{span}" class="stable" data-py="every">'
-            f'<p class="span">{esc(row.span_label)}</p>'
-            + "".join(_entry(e, ids, group_of) for e in entries)
+            f'<p class="span">{esc(row.span_label)}</p>\n'
+            + "\n".join(_entry(e, ids, group_of) for e in entries)
             + "</td>"
         )
     else:
@@ -86,7 +89,7 @@ def _row(section: Section, row: Row, ids: GridIds, group_of: dict[str, str]) -> 
             entries = row.cells.get(python, [])
             label = f'data-py="{esc(python)}"'
             if entries:
-                cells.append(f"<td {label}>" + "".join(_entry(e, ids, group_of) for e in entries) + "</td>")
+                cells.append(f"<td {label}>" + "\n".join(_entry(e, ids, group_of) for e in entries) + "</td>")
             else:
                 cells.append(
                     f'<td class="empty" {label}><span aria-hidden="true">–</span>'
@@ -134,7 +137,7 @@ def _group(anchor: str, group: RefusalGroup) -> str:
     return (
         f'<li class="group" id="{anchor}">'
         f'<p class="why"><strong class="rules">{esc(group.rule)}</strong>, {n} cell{"s" if n != 1 else ""}: '
-        f'{esc(group.reason.partition("] ")[2] or group.reason)}</p><ul class="cells">{cells}</ul></li>'
+        f'{esc(group.reason.partition("] ")[2] or group.reason)}</p>\n<ul class="cells">{cells}</ul></li>'
     )
 
 

@@ -19,6 +19,7 @@ from attnforge.publish.coverage_grid_html import GridIds, counts_text, esc, sect
 from attnforge.publish.coverage_views import PublishedWheel, published_wheels
 
 __all__ = ["STATE_HELP", "render_page"]
+NL = "\n"  # between block elements: their text stays apart in textContent (what search and copy read)
 
 
 def _asset(name: str) -> str:
@@ -43,64 +44,74 @@ def _parity(e: Entry) -> str:
     if not p.signed:
         verdict += " (says the manifest: no signed parity record)"
     driver = f", driver {esc(p.driver)}" if p.driver else ", driver not recorded"
-    report = f"; report: {_link(p.report, p.report)}" if p.report else ""
+    report = f"; {_link(p.report, 'parity report')}" if p.report else ""
     return f'<p class="parity">Parity {verdict} on {esc(p.device)}{driver}, {esc(p.date)}{report}</p>'
 
 
+def _breakable(version: str) -> str:
+    """The version with line-break chances after `+` and before a profile tag (`.fwd128`) only."""
+    public, plus, local = version.partition("+")
+    if not plus:
+        return esc(version)
+    parts = local.split(".")
+    tail = "".join(("<wbr>." if p[:1].isalpha() else ".") + esc(p) for p in parts[1:])
+    return f"{esc(public)}+<wbr>{esc(parts[0])}{tail}"
+
+
 def _wheel_row(w: PublishedWheel, ids: GridIds) -> str:
+    """A wheel's line: version; kernel, profile and what it serves; state and parity; install line."""
     e = w.entry
     assert e.filename is not None
-    state = [f'<span class="entry state-{e.state}" data-state="{e.state}">{state_word(e.state)}</span>']
+    state = [f'<span class="entry state-{e.state}">{state_word(e.state)}</span>']
     if e.state == "yanked":
         when = f" ({esc(e.yanked_time)})" if e.yanked_time else ""
         state.append(f'<p class="reason">Reason: {esc(e.yanked or "none given")}{when}</p>')
     state.append(_parity(e))
-    install = []
+    more = [f'<p class="file">File: <span class="filename">{esc(e.filename)}</span></p>']
     if e.pip and e.uv:
-        install.append(_command("pip", e.pip, e.filename))
-        install.append(
-            '<details class="uv"><summary>uv: pyproject.toml entries</summary>'
-            + _command("uv", e.uv, e.filename)
-            + "</details>"
+        install = _command("pip", e.pip, e.filename)
+        more.insert(
+            0, '<p class="cmd-label">uv: pyproject.toml entries, then the <code>uv add</code> they name</p>'
         )
+        more.insert(1, _command("uv", e.uv, e.filename))
     else:
-        install.append("<p>Not offered: yanked.</p>")
-    manifest = f' <a href="{esc(e.manifest_url)}">manifest</a>' if e.manifest_url else ""
-    install.append(f'<p class="file"><span class="filename">{esc(e.filename)}</span>{manifest}</p>')
+        install = "<p>Not offered: yanked.</p>"
+    manifest = f'<a href="{esc(e.manifest_url)}">manifest</a>' if e.manifest_url else ""
+    tools = f'<div class="tools"><details class="more"><summary>uv, file</summary>{NL.join(more)}</details>{manifest}</div>'
+    where = f"{w.section.kernel} · profile {w.section.profile}"
     return (
-        f'<tr id="{ids.wheel(e.filename)}" data-state="{e.state}">'
-        f'<th scope="row"><span class="version">{esc(e.version)}</span></th>'
-        f'<td data-label="Serves">{esc(w.serves)}</td>'
-        f'<td data-label="State">{"".join(state)}</td>'
-        f'<td data-label="Install" class="install">{"".join(install)}</td></tr>'
+        f'<tr id="{ids.wheel(e.filename)}">'
+        f'<th scope="row"><span class="version">{_breakable(e.version or "")}</span></th>'
+        f'<td data-label="Serves"><span class="where">{esc(where)}</span>{NL}<span>{esc(w.serves)}</span></td>'
+        f'<td data-label="State">{NL.join(state)}</td>'
+        f'<td data-label="Install" class="install">{install}{NL}{tools}</td></tr>'
     )
 
 
 def _published(wheels: list[PublishedWheel], ids: GridIds) -> str:
+    """One table, its lines by kernel and profile (grid order)."""
     if not wheels:
         return "<p>No wheel is published here yet: the grids below show what the matrix plans.</p>"
-    groups: dict[tuple[str, str], list[PublishedWheel]] = {}
-    for w in wheels:
-        groups.setdefault((w.section.kernel, w.section.profile), []).append(w)
-    out = []
-    for (kernel, profile), ws in groups.items():
-        n = len(ws)
-        out += [
+    n = len(wheels)
+    profiles = len({(w.section.kernel, w.section.profile) for w in wheels})
+    return "\n".join(
+        [
             '<table class="wheels">',
-            f"<caption>{esc(kernel)} · profile {esc(profile)}: {n} wheel{'s' if n != 1 else ''}</caption>",
-            '<thead><tr><th scope="col">Version</th><th scope="col">Serves</th><th scope="col">State</th>'
-            '<th scope="col">Install</th></tr></thead>',
+            f"<caption>{n} wheel{'s' if n != 1 else ''} of {profiles} kernel profile{'s' if profiles != 1 else ''}"
+            ", each with its parity state and the pip line that installs it</caption>",
+            '<thead><tr><th scope="col">Version</th><th scope="col">Kernel, profile, serves</th>'
+            '<th scope="col">State</th><th scope="col">Install</th></tr></thead>',
             "<tbody>",
-            *[_wheel_row(w, ids) for w in ws],
+            *[_wheel_row(w, ids) for w in wheels],
             "</tbody></table>",
         ]
-    return "\n".join(out)
+    )
 
 
 def _counts(counts: dict[str, int]) -> str:
     items = "".join(
         f'<li><a class="entry state-{s}" href="?state={s}#grids">{state_word(s)} <span class="n">{counts[s]}</span>'
-        "</a></li>"
+        "</a></li>\n"
         for s in STATES
     )
     legend = "".join(f"<dt>{esc(STATE_LABELS[s])}</dt><dd>{esc(STATE_HELP[s])}</dd>" for s in STATES)

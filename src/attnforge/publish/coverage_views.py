@@ -25,7 +25,8 @@ class PublishedWheel:
     def serves(self) -> str:
         """What it serves, in words: the row label, then its Python (or the stable-ABI range)."""
         if self.python == ANY_PYTHON:
-            return f"{self.row.label}: {self.row.span_label}" if self.row.span_label else self.row.label
+            floor = self.entry.abi3_python
+            return f"{self.row.label} · Python ≥ {floor}" if floor else f"{self.row.label} · every Python"
         return f"{self.row.label} · Python {self.python}"
 
 

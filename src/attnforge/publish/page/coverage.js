@@ -26,7 +26,12 @@
         select(code);
       }
     });
-    code.parentNode.insertAdjacentElement("afterend", button);
+    var tools = code.dataset.cmd === "pip" && code.closest("td").querySelector(".tools");
+    if (tools) {
+      tools.insertBefore(button, tools.firstChild);  // beside "uv, file" and the manifest: no line of its own
+    } else {
+      code.parentNode.insertAdjacentElement("afterend", button);
+    }
   });
   function select(node) {
     var range = document.createRange();
