@@ -194,7 +194,7 @@ def test_the_page_is_tables_with_headers_and_works_without_script(index: StaticI
         '<a href="https://ci.example.org/4711/parity.md">parity report</a>' in page
     )
     # the install commands name the index INDEX_URL; the script puts the page's address there
-    assert "--index-url INDEX_URL/cu130-torch2.14/simple</code>" in page
+    assert '<span class="nw">--index-url</span> INDEX_URL/cu130-torch2.14/simple</code>' in page
     assert 'split("INDEX_URL").join(root)' in page
     # the variant trees are still linked from the root
     assert '<a href="cu130-torch2.14/simple/">' in page and '<a href="all/simple/">' in page

@@ -33,7 +33,9 @@ def _link(target: str, text: str) -> str:
 
 
 def _command(kind: str, text: str, what: str) -> str:
-    return f'<pre><code class="cmd" data-cmd="{kind}" data-what="{esc(what)}">{esc(text)}</code></pre>'
+    """A command to copy; `--index-url` never splits at its hyphens (the text is the same)."""
+    shown = esc(text).replace(" --index-url ", ' <span class="nw">--index-url</span> ')
+    return f'<pre><code class="cmd" data-cmd="{kind}" data-what="{esc(what)}">{shown}</code></pre>'
 
 
 def _parity(e: Entry) -> str:

@@ -4,7 +4,10 @@
   // 1. install commands name the index as INDEX_URL: this page's own address is the index root
   var root = new URL(".", document.baseURI).href.replace(/\/$/, "");
   document.querySelectorAll("code.cmd").forEach(function (code) {
-    code.textContent = code.textContent.split("INDEX_URL").join(root);
+    var walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+    while (walker.nextNode()) {
+      walker.currentNode.nodeValue = walker.currentNode.nodeValue.split("INDEX_URL").join(root);
+    }
   });
   var note = document.getElementById("index-url-note");
   if (note) {
