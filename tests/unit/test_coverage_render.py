@@ -178,7 +178,7 @@ def test_refused_cells_are_folded_into_one_group_per_reason(page_and_sections: t
         r'<a href="#(r1-\d+)">',
         page,
     )
-    assert anchor and f'<li class="group" id="{anchor.group(1)}">' in page
+    assert anchor and f'<li class="group" id="{anchor.group(1)}" data-states="refused">' in page
 
 
 def test_merge_labels_writes_shared_tails_once() -> None:
@@ -257,3 +257,11 @@ def test_without_scripts_everything_is_text_headings_and_details(
         '<label for="filter-text">Search</label>' in page
         and '<label for="filter-state">State</label>' in page
     )
+
+
+def test_an_index_with_no_wheel_and_no_plan_says_so() -> None:
+    page = render_page([], [ALL], "now", [])
+    assert (
+        "No wheel is published here yet" in page and "The index holds no wheels yet and has no plan." in page
+    )
+    assert "<ol></ol>" not in page and "<table" not in page

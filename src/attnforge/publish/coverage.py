@@ -322,7 +322,7 @@ def _section_key(section: Section) -> tuple[Any, ...]:
     """Per kernel: profiles with published wheels first, then those with the most valid cells, then by name."""
     entries = [e for row in section.rows for es in row.cells.values() for e in es]
     published = sum(1 for e in entries if e.filename)
-    valid = sum(1 for e in entries if e.state != "refused")
+    valid = sum(1 for e in entries if STATE_PLACES[e.state] != "folded")
     return (section.kernel, -published, -valid, section.profile)
 
 

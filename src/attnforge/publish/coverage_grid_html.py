@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import html
 
-from attnforge.publish.coverage import ANY_PYTHON, STATE_LABELS, Entry, Row, Section, summary
-from attnforge.publish.coverage_views import RefusalGroup, grid_rows, refusal_groups, rule_of
+from attnforge.publish.coverage import ANY_PYTHON, STATE_LABELS, STATE_PLACES, Entry, Row, Section, summary
+from attnforge.publish.coverage_views import RefusalGroup, folded_count, grid_rows, refusal_groups, rule_of
 
 
 def esc(text: object) -> str:
@@ -56,7 +56,7 @@ def _entry(e: Entry, ids: GridIds, group_of: dict[str, str]) -> str:
             f'<a {cls} href="#{ids.wheel(e.filename)}">{state_word(e.state)} '
             f'<span class="version">{esc(e.kernel_version)}</span></a>'
         )
-    if e.state == "refused":
+    if STATE_PLACES[e.state] == "folded":
         links = ", ".join(f'<a href="#{group_of.get(r, "")}">{esc(rule_of(r))}</a>' for r in e.reasons)
         # the state's first word shows, all of it is read: the cell stays narrow, its text whole
         first, _, rest = STATE_LABELS[e.state].partition(" ")
@@ -135,7 +135,7 @@ def _group(anchor: str, group: RefusalGroup) -> str:
     )
     n = group.count
     return (
-        f'<li class="group" id="{anchor}">'
+        f'<li class="group" id="{anchor}" data-states="{" ".join(group.states)}">'
         f'<p class="why"><strong class="rules">{esc(group.rule)}</strong>, {n} cell{"s" if n != 1 else ""}: '
         f'{esc(group.reason.partition("] ")[2] or group.reason)}</p>\n<ul class="cells">{cells}</ul></li>'
     )
@@ -169,7 +169,7 @@ def section_html(n: int, section: Section, ids: GridIds) -> str:
     else:
         parts.append('<p class="none">No cell of this profile is valid: every cell is refused by a rule.</p>')
     if groups:
-        refused = summary([section])["refused"]
+        refused = folded_count(section)
         parts += [
             f'<details class="refusals" id="refused-{n}">',
             f"<summary>{refused} cell{'s' if refused != 1 else ''} refused by a rule, "

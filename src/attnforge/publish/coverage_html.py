@@ -132,7 +132,7 @@ def _toc(sections: list[Section], wheels: int, notes: bool) -> str:
     items = [
         f'<li><a href="#published">Published wheels</a> ({wheels})</li>',
         '<li><a href="#counts">Counts per state</a></li>',
-        f'<li><a href="#grids">Coverage grids</a><ol>{grids}</ol></li>',
+        f'<li><a href="#grids">Coverage grids</a>{f"<ol>{grids}</ol>" if grids else ""}</li>',
         '<li><a href="#variants">Variant indexes</a></li>',
     ]
     if notes:

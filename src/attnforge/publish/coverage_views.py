@@ -37,6 +37,7 @@ class RefusalGroup:
 
     reason: str  # "[rule] sentence"
     rows: dict[str, list[str]] = field(default_factory=dict)  # row label -> its Pythons (ANY_PYTHON: all)
+    states: list[str] = field(default_factory=list)  # the folded states of its cells
 
     @property
     def rule(self) -> str:
@@ -69,6 +70,11 @@ def published_wheels(sections: list[Section]) -> list[PublishedWheel]:
     return out
 
 
+def folded_count(section: Section) -> int:
+    """How many entries of the section are folded away."""
+    return sum(1 for row in section.rows for es in row.cells.values() for e in es if _place(e) == "folded")
+
+
 def folded(row: Row) -> bool:
     """A row whose every entry is folded (refused) leaves the grid: its cells are in the refusal groups."""
     entries = [e for es in row.cells.values() for e in es]
@@ -90,7 +96,10 @@ def refusal_groups(section: Section) -> list[RefusalGroup]:
                 if _place(entry) != "folded":
                     continue
                 for reason in entry.reasons or ["[rule] no reason recorded"]:
-                    pythons = groups.setdefault(reason, RefusalGroup(reason)).rows.setdefault(row.label, [])
+                    group = groups.setdefault(reason, RefusalGroup(reason))
+                    pythons = group.rows.setdefault(row.label, [])
                     if python not in pythons:
                         pythons.append(python)
+                    if entry.state not in group.states:
+                        group.states.append(entry.state)
     return list(groups.values())

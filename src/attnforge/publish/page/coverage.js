@@ -65,7 +65,7 @@
     });
     section.querySelectorAll("li.group").forEach(function (li) {
       items.push({ node: li, group: true, hay: (where + " " + li.textContent).toLowerCase(),
-                   states: ["refused"] });
+                   states: (li.dataset.states || "").split(" ") });
     });
   });
   function fromAddress() {
