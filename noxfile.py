@@ -37,7 +37,7 @@ CI_SLOW_ALLOWLIST: list[str] = [
     # test_flex_cpu_wheel_clients: declared transformers/diffusers shapes served from the wheel (~5 min)
     "test_flex_precompiled",  # a precompiled Flex function loaded without tracing; guards; corruption (~1.5 min)
     "test_rocm_triton_build",  # `attnforge build --cell <ROCm Triton cell>`, install, import (~2 min)
-    "test_index_page_browser",  # the index page in headless Chromium over `attnforge serve` (~25 s with its index)
+    "test_index_page_browser",  # the index page in headless Chromium over `attnforge serve` (~50 s, two indexes)
     "test_pip_secrets",  # a private index's password reaches pip in the builder and no log, spec or ps (~45 s)
 ]
 

@@ -180,21 +180,21 @@ def test_the_page_is_tables_with_headers_and_works_without_script(index: StaticI
     page = (index.root / "index.html").read_text()
     s = Structure()
     s.feed(page)
-    assert s.html_lang == "en" and s.tables == s.captions == 1
+    assert s.html_lang == "en" and s.tables == s.captions == 2  # the published wheels, the grid
     assert s.th_scopes == {"thead": {"col"}, "tbody": {"row"}}
     assert s.label_for == {"filter-text", "filter-state"} <= s.ids  # every control has its label
     assert "hidden" in s.form and s.form["role"] == "search"  # the script shows the filter it drives
     assert s.script
-    # every state is a word; the refused cell names its rule without a click (details for the sentence)
+    # every state is a word; the rows refused in every cell are folded, each rule's sentence written once
     assert '<strong class="state">parity passed</strong>' in page
-    assert "<summary>Rule: torch-toolkit</summary>" in page
+    assert "<summary>4 cells refused by a rule, under the 2 reasons the rules give</summary>" in page
+    assert '<strong class="rules">torch-toolkit</strong>, 2 cells: torch 2.14&#x27;s oldest' in page
     assert (
-        "Parity passed on NVIDIA H100 80GB HBM3, driver 580.65.06, 2026-11-20T10:00:00+00:00; report: "
-        in page
+        "Parity passed on NVIDIA H100 80GB HBM3, driver 580.65.06, 2026-11-20T10:00:00+00:00; "
+        '<a href="https://ci.example.org/4711/parity.md">parity report</a>' in page
     )
-    assert '<a href="https://ci.example.org/4711/parity.md">' in page
     # the install commands name the index INDEX_URL; the script puts the page's address there
-    assert "--index-url INDEX_URL/cu130-torch2.14/simple</code>" in page
+    assert '<span class="nw">--index-url</span> INDEX_URL/cu130-torch2.14/simple</code>' in page
     assert 'split("INDEX_URL").join(root)' in page
     # the variant trees are still linked from the root
     assert '<a href="cu130-torch2.14/simple/">' in page and '<a href="all/simple/">' in page

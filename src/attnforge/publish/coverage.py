@@ -40,6 +40,22 @@ STATE_LABELS = {
     "not-built": "not built",
     "refused": "refused by a rule",
 }
+STATE_HELP = {
+    "parity-passed": "published, and the GPU parity suite passed on the device named",
+    "built": "published, without a passed, signed GPU parity run",
+    "yanked": "withdrawn (PEP 592): pip skips it unless pinned exactly, then warns with the reason",
+    "not-built": "a valid cell of the matrix with no wheel in this index yet",
+    "refused": "the matrix names it, but a compatibility rule refuses it (the reason is given)",
+}
+# where a state's entries go on the page (coverage_views): listed first with their install line, kept in the
+# grid, or folded away into groups of one reason each
+STATE_PLACES = {
+    "parity-passed": "published",
+    "built": "published",
+    "yanked": "published",
+    "not-built": "grid",
+    "refused": "folded",
+}
 # what the page writes where the index's own address goes; the page's script puts its address there
 INDEX_URL = "INDEX_URL"
 ANY_PYTHON = "*"  # the column key of a stable-ABI row's one cell
@@ -288,12 +304,20 @@ def build_sections(
             rows[slot.row_key] = (slot, Row(label=slot.row_label(), stable=slot.stable, span_label=span))
         rows[slot.row_key][1].cells.setdefault(slot.python, []).extend(slots[slot])
     out = []
-    for (kernel, profile), rows in sorted(sections.items()):
+    for (kernel, profile), rows in sections.items():
         pythons = sorted(
             {py for _, row in rows.values() for py in row.cells if py != ANY_PYTHON}, key=_version
         )
         out.append(Section(kernel, profile, pythons, [row for _, row in rows.values()]))
-    return out
+    return sorted(out, key=_section_key)
+
+
+def _section_key(section: Section) -> tuple[Any, ...]:
+    """Per kernel: profiles with published wheels first, then those with the most valid cells, then by name."""
+    entries = [e for row in section.rows for es in row.cells.values() for e in es]
+    published = sum(1 for e in entries if e.filename)
+    valid = sum(1 for e in entries if STATE_PLACES[e.state] != "folded")
+    return (section.kernel, -published, -valid, section.profile)
 
 
 def _abi3_python(filename: str, manifest: dict[str, Any]) -> str | None:
