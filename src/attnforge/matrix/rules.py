@@ -113,7 +113,8 @@ def _toolkit_known(v: Verdict, data: CompatData) -> None:
     tk = v.cell.toolkit
     row = data.cuda_toolkit(tk.version) if tk.kind == "cuda" else data.rocm_release(tk.version)
     if row is None:
-        _fail(v, "toolkit-known", f"{tk} is not in the compat data")
+        known = [f"cuda{c.version}" for c in data.cuda] + [f"rocm{r.version}" for r in data.rocm]
+        _fail(v, "toolkit-known", f"{tk} is not in the compat data (known: {', '.join(known)})")
 
 
 @rule("torch-abi")

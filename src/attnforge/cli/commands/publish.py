@@ -59,6 +59,7 @@ def command(
     """
     from attnforge.publish.coverage_plan import snapshot
     from attnforge.publish.release import (
+        check_static_root,
         collect_bundles,
         default_sources,
         open_static,
@@ -71,7 +72,9 @@ def command(
     dest, base = resolve_destination(project, target)
     exclude = []
     if dest.kind == "static" and dest.path:
-        exclude.append(open_static(dest, base).root)
+        index = open_static(dest, base)
+        check_static_root(index, target, _log)
+        exclude.append(index.root)
     bundles = collect_bundles(list(sources) or default_sources(project), exclude=exclude)
     trusted = trusted_keys(project_signing(project), trusted_key)
     report = publish(
