@@ -202,7 +202,10 @@ def undeclared_reference(matrix: Matrix) -> tuple[tuple[Any, ...], str] | None:
         guess = difflib.get_close_matches(str(value), names, n=1)
         hint = f"; did you mean '{guess[0]}'?" if guess else f"; declared: {', '.join(names)}"
         if value == FA4_KERNEL:
-            return loc, f"kernel '{value}' needs the top-level 'fa4' section (its stack; docs/fa4.md)"
+            return (
+                loc,
+                f"kernel '{value}' needs the top-level 'fa4' section (its stack; `attnforge docs fa4`)",
+            )
         return loc, f"{axis} '{value}' is not declared under '{axis}s'{hint}"
     return None
 

@@ -235,7 +235,7 @@ def publish(
             report.notes.append(
                 f"records: not published ('{label}' names no records folder), so `which --verify` and "
                 f"`doctor --verify` cannot check these wheels from {dest.url}: give the destination a "
-                "`records:` folder (docs/records.md)"
+                "`records:` folder (`attnforge docs records`)"
             )
         return report
     raise ConfigurationError(f"destination '{label}' is a {dest.kind}: wheels go to 'static' or 'pypiserver'")

@@ -52,7 +52,7 @@ def command(
     """Publish finalized wheels (default: the build output folder) to a destination, all or nothing.
 
     Each wheel must agree with its manifest and carry a signed build provenance from a trusted key
-    (docs/records.md). Re-publishing a file with other bytes is refused (exit 7); identical bytes are a
+    (`attnforge docs records`). Re-publishing a file with other bytes is refused (exit 7); identical bytes are a
     no-op. A destination with `require_parity: true` takes only wheels with a signed parity record that
     says passed. A static index gets a coverage page at its root (index.html): every planned cell of
     matrix.yaml and what the index holds for it.
