@@ -5,7 +5,15 @@ from __future__ import annotations
 import click
 
 from attnforge.core.errors import ConfigurationError
+from attnforge.matrix.plan import Plan
 from attnforge.matrix.project import Project
+
+
+def _first_reason(plan: Plan) -> str:
+    """`cell id: [rule] reason` of the plan's first invalid cell (FA2/FA3 cells first, then FA4 cells)."""
+    reasons = [f"{v.cell.id}: {v.reasons()[0]}" for v in plan.verdicts if not v.valid]
+    reasons += [f"{v.id}: {v.problems[0]}" for v in plan.fa4 if v.problems]
+    return reasons[0] if reasons else "no cell"
 
 
 @click.command("validate")
@@ -26,9 +34,7 @@ def command(project: Project, strict: bool) -> None:
         click.echo(f"{name}: {s['valid']} valid, {s['invalid']} invalid, {s['kernel_sets']} kernel-sets{fa4}")
         bad += s["invalid"] + fa4_bad
         if s["valid"] == 0 and len(plan.fa4) == fa4_bad:
-            first = next((v for v in plan.verdicts if not v.valid), None)
-            reason = f"{first.cell.id}: {first.reasons()[0]}" if first else "no cell"
-            empty.append(f"target '{name}' has no valid cell ({reason})")
+            empty.append(f"target '{name}' has no valid cell ({_first_reason(plan)})")
     if empty:
         more = f" (and {len(empty) - 1} more target(s))" if len(empty) > 1 else ""
         raise ConfigurationError(f"{empty[0]}{more}; `attnforge plan -t T` lists every reason")
