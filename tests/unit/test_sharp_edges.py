@@ -16,6 +16,7 @@ from attnforge.matrix.compat import load_compat
 from attnforge.matrix.plan import span
 from attnforge.wheels.signing_keys import SigningConfig, generate_key, signing_key
 from attnforge.wheels.statements import sign, statement, verify
+from tests.unit.test_fa4_matrix import FA4, HEAD
 
 Run = Callable[..., tuple[int, str, str]]
 
@@ -141,3 +142,16 @@ def test_built_wheel_in_the_repository_root_is_ignored(root: Path) -> None:
         ["git", "check-ignore", "-q", "attnforge-0.1.0-py3-none-any.whl"], cwd=root, check=False
     )
     assert proc.returncode == 0
+
+
+def test_validate_names_the_fa4_reason_of_a_target_of_invalid_fa4_cells(run_cli: Run, tmp_path: Path) -> None:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(
+        HEAD
+        + "targets:\n  only4:\n    matrix: {kernel: [flash-attn-4], toolkit: [cuda13.0], torch: ['2.11'], "
+        "python: ['3.12'], arch: [sm_80]}\n" + FA4,
+        encoding="utf-8",
+    )
+    code, out, err = run_cli("--matrix", str(path), "validate")
+    assert "FA4 cells: 0 valid, 1 invalid" in out
+    assert code == 2 and "target 'only4' has no valid cell (fa4-cu13-torch2.11-py3.12-sm80: [fa4-arch]" in err
