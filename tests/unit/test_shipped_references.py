@@ -2,7 +2,7 @@
 
 Every string attnforge can show a user is checked: the string literals of src/attnforge's Python (help texts,
 errors, hints; the docstrings of modules and of functions outside the CLI are notes for readers of the code and
-are left out), the JSON Schema of matrix.yaml (its descriptions come from the models' docstrings) and the string
+are left out, unless the module shows its docstring as help), the JSON Schema of matrix.yaml (its descriptions come from the models' docstrings) and the string
 values of its packaged data (TOML, JSON). A guide is named
 as `attnforge docs TOPIC`, never as docs/TOPIC.md.
 """
@@ -47,8 +47,11 @@ def _docstring_ids(tree: ast.Module, in_cli: bool) -> set[int]:
 
 
 def _python_strings(path: Path) -> Iterator[tuple[int, str]]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    source = path.read_text(encoding="utf-8")
+    tree = ast.parse(source)
     skip = _docstring_ids(tree, in_cli="cli" in path.relative_to(PACKAGE).parts)
+    if "__doc__" in source:  # the module's docstring is a help text (argparse description=__doc__)
+        skip.discard(id(tree.body[0].value) if tree.body and isinstance(tree.body[0], ast.Expr) else 0)
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
             yield node.lineno, node.value
