@@ -8,7 +8,8 @@ A number in the docs that comes from a target's plan is marked where it stands:
 `release` is the target of matrix.yaml, `@abi=torch` plans it with another `abi:` than its own, and the key is
 one of `numbers()`'s. A whole `attnforge plan -t T --cost --cores N` output sits between
 `<!-- plan-cost:T:N -->` and `<!-- /plan-cost -->` (a fenced block). Costs use the packaged unit-time table
-only (the reference machine's seconds), so every machine writes the same numbers.
+only (the reference machine's seconds), so every machine writes the same numbers. Run it where this checkout's
+attnforge imports (`pip install -e .`, a nox session, or PYTHONPATH=src).
 
     python scripts/docs_numbers.py            rewrite the marked numbers in FILES
     python scripts/docs_numbers.py --check    exit 1 naming each marked number that differs from the plan
