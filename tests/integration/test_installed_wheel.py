@@ -45,6 +45,26 @@ def test_the_wheel_carries_every_resource(installed_attnforge: InstalledAttnforg
         assert name in names, name
 
 
+def test_installed_attnforge_ships_its_guides(installed_attnforge: InstalledAttnforge, project: Path) -> None:
+    """Every guide of docs/ is in the wheel, listed by `attnforge docs` and printed as written to a pipe."""
+    inst = installed_attnforge
+    names = set(zipfile.ZipFile(inst.wheel).namelist())
+    guides = sorted((ROOT / "docs").glob("*.md"))
+    assert guides and {f"attnforge/docs/{g.name}" for g in guides} <= names
+    listed = inst.run("docs", cwd=project)
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == [g.stem for g in guides]
+    shown = inst.run("docs", "records", cwd=project)
+    assert shown.returncode == 0 and shown.stdout == (ROOT / "docs" / "records.md").read_text(
+        encoding="utf-8"
+    )
+    where = inst.run("docs", "compat-data", "--path", cwd=project)
+    path = Path(where.stdout.strip())
+    assert path.is_file() and path.is_relative_to(inst.venv) and "site-packages" in path.parts
+    missing = inst.run("docs", "no-such-topic", cwd=project)
+    assert missing.returncode == 2 and "no guide named 'no-such-topic'" in missing.stderr
+
+
 def test_installed_attnforge_plans_and_builds_the_builder_image(
     installed_attnforge: InstalledAttnforge, project: Path
 ) -> None:

@@ -185,7 +185,7 @@ def cibuildwheel_config(
     if cell.kernel != "flash-attn":
         raise ConfigurationError(
             f"{cell.id}: the cibuildwheel export maps flash-attn (FA2) cells only; build {cell.kernel} with "
-            "`attnforge build` (docs/fa3.md)"
+            "`attnforge build` (`attnforge docs fa3`)"
         )
     if cell.platform != "x86_64":
         raise ConfigurationError(f"{cell.id}: only x86_64 cells are mapped to cibuildwheel so far")

@@ -52,7 +52,7 @@ class FA4Declaration(BaseModel):
 
 
 class FA4Section(BaseModel):
-    """matrix.yaml ``fa4``: the FA4 stack per CUDA major and the declared calls (docs/fa4.md)."""
+    """matrix.yaml ``fa4``: the FA4 stack per CUDA major and the declared calls (`attnforge docs fa4`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +127,7 @@ def parse_matrix(text: str, filename: str = DEFAULT_MATRIX, limits: Limits = LIM
     try:
         matrix = Matrix.model_validate(data)
     except ValidationError as exc:
-        raise ConfigurationError(_validation_message(exc, node, filename)) from None
+        raise ConfigurationError(_validation_message(exc, node, filename, text)) from None
     problem = undeclared_reference(matrix)
     if problem is not None:
         loc, message = problem
@@ -135,7 +136,19 @@ def parse_matrix(text: str, filename: str = DEFAULT_MATRIX, limits: Limits = LIM
     return matrix
 
 
-def _validation_message(exc: ValidationError, node: yaml.Node | None, filename: str) -> str:
+def _unquoted_number_hint(err: Any, mark: yaml.Mark | None, text: str) -> str:
+    """For a number where a string belongs (`python: [3.10]`): YAML read it as a number; say to quote it."""
+    value = err.get("input")
+    if err["type"] != "string_type" or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return ""
+    token = (
+        re.match(r"[^\s,\]\}#]+", text[mark.index :]) if mark is not None and mark.index < len(text) else None
+    )
+    written = token.group(0) if token else str(value)
+    return f"; YAML reads the unquoted {written} as the number {value!r}: quote it ('{written}')"
+
+
+def _validation_message(exc: ValidationError, node: yaml.Node | None, filename: str, text: str = "") -> str:
     """One line for pydantic's errors: the first unknown key (it usually explains a missing one next to it,
     a typo), else the first error, at its file:line:col."""
     errors = exc.errors()
@@ -157,7 +170,7 @@ def _validation_message(exc: ValidationError, node: yaml.Node | None, filename: 
         msg = f"{at}: unknown key '{key}' in {_format_loc(loc[:-1])}{hint}"
     else:
         reason = err["msg"].removeprefix("Value error, ")
-        msg = f"{at}: {_format_loc(loc)}: {reason}"
+        msg = f"{at}: {_format_loc(loc)}: {reason}{_unquoted_number_hint(err, mark, text)}"
     more = len(errors) - 1
     if more:
         msg += f" (and {more} more problem{'s' if more > 1 else ''})"
@@ -189,7 +202,10 @@ def undeclared_reference(matrix: Matrix) -> tuple[tuple[Any, ...], str] | None:
         guess = difflib.get_close_matches(str(value), names, n=1)
         hint = f"; did you mean '{guess[0]}'?" if guess else f"; declared: {', '.join(names)}"
         if value == FA4_KERNEL:
-            return loc, f"kernel '{value}' needs the top-level 'fa4' section (its stack; docs/fa4.md)"
+            return (
+                loc,
+                f"kernel '{value}' needs the top-level 'fa4' section (its stack; `attnforge docs fa4`)",
+            )
         return loc, f"{axis} '{value}' is not declared under '{axis}s'{hint}"
     return None
 

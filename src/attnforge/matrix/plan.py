@@ -21,9 +21,12 @@ Combo = dict[str, Any]
 
 
 def span(versions: set[str]) -> str:
-    """{"2.6", "2.7", "2.14"} -> "2.6-2.14" (one version as it is)."""
-    ordered = sorted(versions, key=parse_version)
-    return ordered[0] if len(ordered) == 1 else f"{ordered[0]}-{ordered[-1]}"
+    """{"2.6", "2.7", "2.14"} -> "2.6-2.14" (one version as it is); free-threaded Pythons are listed after
+    the range of the others: {"3.10", ..., "3.14", "3.14t"} -> "3.10-3.14, 3.14t"."""
+    threaded = sorted((v for v in versions if v.endswith("t")), key=lambda v: parse_version(v[:-1]))
+    ordered = sorted((v for v in versions if not v.endswith("t")), key=parse_version)
+    parts = [ordered[0] if len(ordered) == 1 else f"{ordered[0]}-{ordered[-1]}"] if ordered else []
+    return ", ".join(parts + threaded)
 
 
 @dataclass

@@ -105,7 +105,12 @@ def _torch_python(v: Verdict, data: CompatData) -> None:
 def _torch_known(v: Verdict, data: CompatData) -> None:
     if data.torch_release(v.cell.torch) is None and not any(p.rule == "torch-python" for p in v.problems):
         known = ", ".join(t.family for t in data.torch)
-        _fail(v, "torch-known", f"torch {v.cell.torch} is not in the compat data (known: {known})")
+        _fail(
+            v,
+            "torch-known",
+            f"torch {v.cell.torch} is not in the compat data (known: {known}; a newer release goes into a "
+            "--compat overlay: `attnforge docs compat-data`)",
+        )
 
 
 @rule("toolkit-known")
@@ -113,7 +118,13 @@ def _toolkit_known(v: Verdict, data: CompatData) -> None:
     tk = v.cell.toolkit
     row = data.cuda_toolkit(tk.version) if tk.kind == "cuda" else data.rocm_release(tk.version)
     if row is None:
-        _fail(v, "toolkit-known", f"{tk} is not in the compat data")
+        known = [f"cuda{c.version}" for c in data.cuda] + [f"rocm{r.version}" for r in data.rocm]
+        _fail(
+            v,
+            "toolkit-known",
+            f"{tk} is not in the compat data (known: {', '.join(known)}; a newer release goes into a "
+            "--compat overlay: `attnforge docs compat-data`)",
+        )
 
 
 @rule("torch-abi")

@@ -345,7 +345,7 @@ class BuildSpec(Strict):
 
 
 class SigningSpec(Strict):
-    """The site's signing key and the keys whose records publish trusts (docs/records.md)."""
+    """The site's signing key and the keys whose records publish trusts (`attnforge docs records`)."""
 
     key: str | None = Field(
         None,
@@ -369,7 +369,7 @@ class Matrix(Strict):
     destinations: dict[str, Destination] = Field(default_factory=dict)
     signing: SigningSpec = SigningSpec()
     flex: dict[str, Any] = Field(
-        default_factory=dict, description="FlexAttention cache variants (see docs/flex.md)"
+        default_factory=dict, description="FlexAttention cache variants (see `attnforge docs flex`)"
     )
     fa4: FA4Section | None = Field(None, description="FlashAttention-4: stack per CUDA major, declarations")
 

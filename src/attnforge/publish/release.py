@@ -131,6 +131,22 @@ def open_static(dest: Destination, base: Path, plan: PlanSnapshot | None = None)
     return StaticIndex(root if root.is_absolute() else base / root, root_page=CoveragePage(plan))
 
 
+def check_static_root(index: StaticIndex, target: str, log: Log) -> None:
+    """A static index's folder may be new, its parent may not: the index keeps its lock and generations
+    beside itself, and a mistyped parent would otherwise grow a tree somewhere unintended."""
+    root = index.root
+    if root.is_dir():
+        return
+    if root.exists():
+        raise ConfigurationError(f"--to {target}: {root} exists and is not a folder")
+    if not root.parent.is_dir():
+        raise ConfigurationError(
+            f"--to {target}: {root.parent} does not exist; publish creates only the index folder itself "
+            f"({root.name}): create {root.parent} first or correct the path"
+        )
+    log(f"publish: {root} does not exist yet: it will be created as a new index")
+
+
 def apply_parity_gate(
     bundles: Sequence[Bundle],
     dest: Destination,
@@ -219,7 +235,7 @@ def publish(
             report.notes.append(
                 f"records: not published ('{label}' names no records folder), so `which --verify` and "
                 f"`doctor --verify` cannot check these wheels from {dest.url}: give the destination a "
-                "`records:` folder (docs/records.md)"
+                "`records:` folder (`attnforge docs records`)"
             )
         return report
     raise ConfigurationError(f"destination '{label}' is a {dest.kind}: wheels go to 'static' or 'pypiserver'")

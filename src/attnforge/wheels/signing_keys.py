@@ -182,7 +182,7 @@ def signing_key(config: SigningConfig, *, create: bool = True, log: Log = _quiet
         f"signing: no signing key configured (${KEY_ENV}, matrix.yaml signing.key): created this machine's "
         f"local key {short(made.keyid)} at {local} (public half {public_path_for(local)}; the folder is "
         f"${CONFIG_DIR_ENV}, else $XDG_CONFIG_HOME/attnforge, else ~/.config/attnforge); records it signs are "
-        "trusted here only: configure signing.key for a site key (docs/records.md)"
+        "trusted here only: configure signing.key for a site key (`attnforge docs records`)"
     )
     return SiteKey(made.signer, local, "this machine's local key")
 

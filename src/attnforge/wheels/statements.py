@@ -79,11 +79,6 @@ def verify(
     predicate_type: str,
 ) -> Verified:
     """Check an envelope (module docstring); RecordRefused naming `what` and the reason."""
-    if not trusted:
-        raise RecordRefused(
-            f"{what}: no trusted key to check it with",
-            hint="configure signing.key or signing.trusted_keys (docs/records.md)",
-        )
     envelope = _envelope(raw, what)
     if envelope.payload_type != PAYLOAD_TYPE:
         raise RecordRefused(f"{what}: payloadType {envelope.payload_type!r}, not {PAYLOAD_TYPE!r}")
@@ -92,9 +87,13 @@ def verify(
     known = [k for k in signed_by if k in by_id]
     if not known:
         names = ", ".join(short(k) for k in signed_by) or "no key"
+        trusted_here = f"trusted: {describe(trusted)}" if trusted else "no trusted key is configured"
         raise RecordRefused(
-            f"{what}: signed by {names}, not a trusted key (trusted: {describe(trusted)})",
-            hint="a record signed elsewhere needs that site's public key in signing.trusted_keys",
+            f"{what}: signed by {names}, not a trusted key ({trusted_here})",
+            hint=(
+                "give the signer's public key (`attnforge keys show` on the signing machine names its file) "
+                "with --trusted-key FILE, or list it in matrix.yaml signing.trusted_keys or $ATTNFORGE_TRUSTED_KEYS"
+            ),
         )
     try:
         accepted = envelope.verify([by_id[k].key for k in known], 1)

@@ -55,7 +55,7 @@ def command(
 ) -> None:
     """Load the kernel's extension (flash_attn_2_cuda, FA3's flash_attn_interface) and compare the wheel's
     recorded build with this environment; with --verify, check the installed files against the signed
-    wheel the index offers (docs/records.md).
+    wheel the index offers (`attnforge docs records`).
 
     Exit 5 when a check fails (torch or ABI mismatch, extension not loading, GPU arch not compiled, a record
     or an installed file that does not match); a yanked wheel is a warning.

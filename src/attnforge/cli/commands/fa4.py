@@ -36,7 +36,7 @@ def render_fa4_cells(
     wheels = len({v.wheel for v in verdicts if v.valid})
     console.print(
         f"{len(verdicts)} FA4 cells: {valid} valid, {len(verdicts) - valid} invalid; {wheels} kernel wheels "
-        "(one serves every torch >= its cell's), built on a GPU by `attnforge fa4 build` (docs/fa4.md)",
+        "(one serves every torch >= its cell's), built on a GPU by `attnforge fa4 build` (`attnforge docs fa4`)",
         highlight=False,
     )
     if show_invalid:
@@ -51,14 +51,14 @@ def _section(project: Project) -> FA4Section:
     section = project.matrix.fa4
     if section is None:
         raise ConfigurationError(
-            f"{project.matrix_path}: no fa4 section (its stack and declarations: docs/fa4.md)"
+            f"{project.matrix_path}: no fa4 section (its stack and declarations: `attnforge docs fa4`)"
         )
     return section
 
 
 @click.group("fa4")
 def command() -> None:
-    """FlashAttention-4: its stack and cells, its run-time compiles done ahead of time (docs/fa4.md).
+    """FlashAttention-4: its stack and cells, its run-time compiles done ahead of time (`attnforge docs fa4`).
 
     The stack and the declared calls are matrix.yaml's `fa4` section; the wheel `attnforge-fa4-kernels`
     holds FA4 persistent-cache entries; installed, FA4 finds them.
@@ -103,7 +103,7 @@ def plan(project: Project, fmt: str) -> None:
     "--decls",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
-    help="A JSON list of FA4 declarations instead of matrix.yaml's fa4.declarations (docs/fa4.md).",
+    help="A JSON list of FA4 declarations instead of matrix.yaml's fa4.declarations (`attnforge docs fa4`).",
 )
 @click.option(
     "--out", type=click.Path(file_okay=False, path_type=Path), default=Path("wheels/fa4"), show_default=True

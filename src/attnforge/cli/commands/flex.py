@@ -31,7 +31,7 @@ def declared_variants(project: Project, variants_file: Path | None, defaults: bo
     if not flex:
         raise ConfigurationError(
             f"{project.matrix_path}: no `flex.variants` or `flex.clients` declared",
-            hint="declare them in matrix.yaml (docs/flex.md), pass --variants FILE, or --defaults",
+            hint="declare them in matrix.yaml (`attnforge docs flex`), pass --variants FILE, or --defaults",
         )
     return parse_variants(flex, f"{project.matrix_path}: flex")
 
@@ -42,7 +42,7 @@ def command() -> None:
     package them.
 
     The wheel `attnforge-flex-kernels` holds the artifacts and the `attnforge_flex` loader
-    (docs/flex.md).
+    (`attnforge docs flex`).
     """
 
 

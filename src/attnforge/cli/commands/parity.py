@@ -19,7 +19,7 @@ def command() -> None:
     """GPU parity: flash-attn, FlexAttention, SDPA and transformers against an fp32 reference.
 
     Tolerance is upstream flash-attn's: kernel error <= 2x (forward) / 3x (gradients) PyTorch's own
-    low-precision error + eps. Reports: parity.json, parity.md, parity.junit.xml (docs/gpu-parity.md).
+    low-precision error + eps. Reports: parity.json, parity.md, parity.junit.xml (`attnforge docs gpu-parity`).
     """
 
 
@@ -163,7 +163,7 @@ def run(
 
 
 def _sign(project: Project, wheel: Path, report: Path, results: Path | None, ref: str | None = None) -> None:
-    """Sign the run's outcome about the wheel's bytes (`<wheel>.parity.intoto.json`, docs/records.md)."""
+    """Sign the run's outcome about the wheel's bytes (`<wheel>.parity.intoto.json`, `attnforge docs records`)."""
     from attnforge.parity.parity_statement import sign_run
     from attnforge.wheels.signing_keys import project_signing, short, signing_key
 

@@ -52,13 +52,14 @@ def command(
     """Publish finalized wheels (default: the build output folder) to a destination, all or nothing.
 
     Each wheel must agree with its manifest and carry a signed build provenance from a trusted key
-    (docs/records.md). Re-publishing a file with other bytes is refused (exit 7); identical bytes are a
+    (`attnforge docs records`). Re-publishing a file with other bytes is refused (exit 7); identical bytes are a
     no-op. A destination with `require_parity: true` takes only wheels with a signed parity record that
     says passed. A static index gets a coverage page at its root (index.html): every planned cell of
     matrix.yaml and what the index holds for it.
     """
     from attnforge.publish.coverage_plan import snapshot
     from attnforge.publish.release import (
+        check_static_root,
         collect_bundles,
         default_sources,
         open_static,
@@ -71,7 +72,9 @@ def command(
     dest, base = resolve_destination(project, target)
     exclude = []
     if dest.kind == "static" and dest.path:
-        exclude.append(open_static(dest, base).root)
+        index = open_static(dest, base)
+        check_static_root(index, target, _log)
+        exclude.append(index.root)
     bundles = collect_bundles(list(sources) or default_sources(project), exclude=exclude)
     trusted = trusted_keys(project_signing(project), trusted_key)
     report = publish(

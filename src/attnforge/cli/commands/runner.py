@@ -82,7 +82,7 @@ def command() -> None:
     "--replay",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     hidden=True,
-    help="Answer from a recorded scenario folder (tests/data/runner/*) instead of this machine.",
+    help="Answer from a recorded scenario folder (one file per probe) instead of this machine.",
 )
 @click.pass_obj
 def check(

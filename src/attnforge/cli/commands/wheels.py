@@ -43,7 +43,7 @@ def finalize_cmd(
     keep_input: bool,
 ) -> None:
     """Name the variant (+cu130torch2.14cxx11abiTRUE), pin torch, audit and retag, verify, write the manifest,
-    then the SBOM and the signed build provenance beside the wheel (docs/records.md).
+    then the SBOM and the signed build provenance beside the wheel (`attnforge docs records`).
 
     The wheel is reproducible: the same input and SOURCE_DATE_EPOCH give the same bytes.
     """

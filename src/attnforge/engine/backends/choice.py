@@ -42,7 +42,9 @@ def choose_backend(
             return backend
         if name == "docker":
             raise EnvironmentProblem(
-                f"no Docker engine reachable: {detail}. Start one (bash scripts/setup-host.sh) or use --backend local"
+                f"no Docker engine reachable: {detail}. Install Docker and start its engine (Debian/Ubuntu: "
+                "apt-get install docker.io, then start the docker service), or build on this host with "
+                "--backend local (its CUDA toolkit and compiler; `attnforge docs build`)"
             )
         view.log(f"backend: local (no Docker engine: {detail})")
     else:

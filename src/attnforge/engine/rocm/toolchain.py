@@ -77,7 +77,7 @@ class CkNeeds:
         return (
             f"{self.cell_id}: {have}.\n  A CK build also needs a ROCm torch ({self.torch_requirement} from "
             f"{self.torch_index_url}) and a CK path in attnforge's builder, which does not exist yet: attnforge "
-            f"has never compiled CK (docs/rocm.md). Its builder image: docker/rocm-builder.Dockerfile on {base}."
+            f"has never compiled CK (`attnforge docs rocm`). Its builder image: docker/rocm-builder.Dockerfile on {base}."
         )
 
 
