@@ -33,6 +33,7 @@ from packaging.version import InvalidVersion, Version
 
 from attnforge.builder.toolkits import cuda_of_variant
 from attnforge.client.index_fetch import IndexFault, IndexReader
+from attnforge.client.interpreter import Inspected
 from attnforge.client.records_location import records_base
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.engine.environment import Env, interpreter_abis
@@ -261,10 +262,10 @@ def check(c: Candidate, env: Env, profile: str | None) -> list[tuple[str, str]]:
         problems.append(("torch", "torch is not installed here"))
     elif torch_why := c.local.torch_problem(env.torch):
         problems.append(("torch", torch_why))
-    if env.accel is None:
-        problems.append(
-            ("accelerator", f"wheel is {c.local.accel}, torch {env.torch or ''} is a CPU-only build")
-        )
+    if env.torch is None:
+        pass  # no torch: the torch axis says so; there is no build to compare
+    elif env.accel is None:
+        problems.append(("accelerator", f"wheel is {c.local.accel}, torch {env.torch} is a CPU-only build"))
     elif accel_why := c.local.accel_problem(env.accel):
         problems.append(("accelerator", accel_why))
     # a stable-ABI wheel passes no C++ object to libtorch (its C shim only): the C++ ABI does not matter
@@ -274,8 +275,14 @@ def check(c: Candidate, env: Env, profile: str | None) -> list[tuple[str, str]]:
         problems.append(("cxx11_abi", f"wheel is cxx11abi{want}, torch here is cxx11abi{have}"))
     tag = c.local.profile_tag
     if (profile or None) != tag and not (profile == "full" and tag is None):
-        problems.append(("profile", f"wheel is profile {tag or 'full'}, asked for {profile or 'full'}"))
-    if env.gpus and not problems:
+        problems.append(
+            (
+                "profile",
+                f"wheel is profile {tag or 'full'}, asked for {profile or 'full'} "
+                f"(`--profile {tag or 'full'}` accepts it)",
+            )
+        )
+    if env.gpus and all(axis == "profile" for axis, _ in problems):  # a profile away: is it worth naming?
         manifest = load_manifest(c) or {}
         arches = list((manifest.get("inputs") or {}).get("arches") or [])
         if arches:
@@ -312,9 +319,12 @@ class Resolution:
     uv: str | None = None  # pyproject.toml entries for uv (an attnforge index only)
     yanked: dict[str, str] = field(default_factory=dict)  # files skipped as yanked, with their reasons
     malformed: list[str] = field(default_factory=list)  # index entries left out, and why
+    inspected: Inspected | None = None  # the interpreter whose environment was probed
+    next_step: str | None = None  # what to type next when no wheel fits (an option, a command)
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "interpreter": self.inspected.to_json() if self.inspected else None,
             "environment": self.env.__dict__,
             "wheel": self.choice.filename if self.choice else None,
             "variant": self.choice.variant if self.choice else None,
@@ -325,6 +335,7 @@ class Resolution:
             "rejected": {c.filename: dict(c.problems) for c in self.candidates if c.problems},
             "yanked": self.yanked,
             "malformed": self.malformed,
+            "next_step": self.next_step,
         }
 
 
@@ -395,10 +406,12 @@ def resolve(
     project: str = PROJECT,
     reader: IndexReader | None = None,
     records_url: str | None = None,
+    inspected: Inspected | None = None,
 ) -> Resolution:
     """Pick the wheel for `env` from the index at `index_url`, or explain why none fits. `reader` bounds
     the time spent reading the index (default: index_fetch's connect timeout and total budget);
-    `records_url`: where an index server that keeps packages only serves the wheels' manifests."""
+    `records_url`: where an index server that keeps packages only serves the wheels' manifests;
+    `inspected`: the interpreter `env` was read from (named in the explanation, and in what to type next)."""
     reader = reader or IndexReader()
     page, data = fetch_project(index_url, project, reader)
     malformed: list[str] = []
@@ -407,7 +420,8 @@ def resolve(
         c.records_url = records_url
         c.problems = check(c, env, profile)
     fits = [c for c in cands if not c.problems]
-    explanation = [f"environment: {env.describe()}"]
+    explanation = [f"interpreter: {inspected.describe()}"] if inspected else []
+    explanation.append(f"environment: {env.describe()}")
     yanked = yanked_files(data)
     for filename, reason in sorted(yanked.items()):
         explanation.append(f"yanked, never proposed: {filename} ({reason or 'no reason given'})")
@@ -427,7 +441,9 @@ def resolve(
     if fits:
         best = max(fits, key=key)
         command, uv = install_commands(index_url, page, project, best)
-        res = Resolution(env, index_url, best, command, cands, explanation, None, uv, yanked, malformed)
+        res = Resolution(
+            env, index_url, best, command, cands, explanation, None, uv, yanked, malformed, inspected
+        )
         explanation.append(f"fits: {best.filename} (variant {best.variant})")
         explanation += [f"note: {n}" for n in reader.notes]
         return res
@@ -453,13 +469,48 @@ def resolve(
         available = sorted({c.variant or "?" for c in cands})
         explanation.append(f"variants in the index: {', '.join(available)}")
     cell = build_cell_for(env, near, kernel_version, project)
+    python = inspected.path if inspected else "python"
+    step = _profile_step(cands, profile)
+    next_step = step[0] if step else None
+    if step:
+        explanation.append(step[1])
     if cell:
         explanation.append(f"a matrix cell would build it: attnforge build --cell {cell}")
     elif env.torch is None:
-        explanation.append("install torch first: the wheel is chosen by the torch it runs with")
+        explanation.append(
+            f"install torch first: {python} -m pip install torch (the wheel is chosen by the torch it runs "
+            f"with), or ask for a torch you plan to install: --torch {_planned_torch(near)}"
+        )
+        next_step = next_step or f"install torch into that environment: {python} -m pip install torch"
     elif env.accel is None:
         explanation.append(
-            "torch here is CPU-only: install a CUDA or ROCm build of torch; no cell builds for it"
+            f"torch here is CPU-only: install a CUDA or ROCm build of torch into {python}; no cell builds "
+            f"for it (the wheel a CUDA build would get: --torch {_planned_torch(near, env.torch)})"
         )
     explanation += [f"note: {n}" for n in reader.notes]
-    return Resolution(env, index_url, None, None, cands, explanation, cell, None, yanked, malformed)
+    return Resolution(
+        env, index_url, None, None, cands, explanation, cell, None, yanked, malformed, inspected, next_step
+    )
+
+
+def _profile_step(cands: list[Candidate], profile: str | None) -> tuple[str, str] | None:
+    """(option, explanation) when wheels fit on every axis but the profile: `--profile X` for each profile
+    they have (the full profile: no --profile); None when no wheel is only a profile away."""
+    only_profile = [c for c in cands if c.problems and {a for a, _ in c.problems} == {"profile"}]
+    tags = sorted({(c.local.profile_tag if c.local else None) or "full" for c in only_profile})
+    if not tags:
+        return None
+    options = " or ".join(f"--profile {t}" for t in tags)  # `--profile full` selects the full profile
+    asked = f"profile {profile}" if profile else "the full profile (no --profile)"
+    return options, (
+        f"no wheel of {asked} fits, but the index has one for this environment in profile "
+        f"{', '.join(tags)}: add {options}"
+    )
+
+
+def _planned_torch(near: Candidate | None, installed: str | None = None) -> str:
+    """A `--torch` value for the nearest wheel's torch and accelerator (`2.13+cu130`), else a sample."""
+    if near is None or near.local is None:
+        return "X.Y+cuXYZ (e.g. 2.14+cu130)"
+    release = (installed or "").split("+")[0] or near.local.torch_family
+    return f"{release}+{near.local.accel}"
