@@ -479,7 +479,7 @@ def resolve(
     elif env.torch is None:
         explanation.append(
             f"install torch first: {python} -m pip install torch (the wheel is chosen by the torch it runs "
-            f"with), or ask for a torch you plan to install: --torch {_planned_torch(near)}"
+            f"with), or ask for a torch you plan to install: --torch {_planned_torch(_newest_torch(cands, near))}"
         )
         next_step = next_step or f"install torch into that environment: {python} -m pip install torch"
     elif env.accel is None:
@@ -506,6 +506,12 @@ def _profile_step(cands: list[Candidate], profile: str | None) -> tuple[str, str
         f"no wheel of {asked} fits, but the index has one for this environment in profile "
         f"{', '.join(tags)}: add {options}"
     )
+
+
+def _newest_torch(cands: list[Candidate], near: Candidate | None) -> Candidate | None:
+    """The wheel for the newest torch among those only torch keeps from fitting (else `near`)."""
+    torch_only = [c for c in cands if c.local and {a for a, _ in c.problems} == {"torch"}]
+    return max(torch_only, key=lambda c: Version(c.local.torch_family if c.local else "0"), default=near)
 
 
 def _planned_torch(near: Candidate | None, installed: str | None = None) -> str:
