@@ -88,6 +88,10 @@ def test_which_and_doctor_inspect_the_active_venv_not_their_own(
     assert "accelerator: wheel is cu130, torch 2.13.0+cpu is a CPU-only build" in which.stderr
     assert f"install a CUDA or ROCm build of torch into {python}" in which.stderr
     assert "--torch 2.13.0+cu130" in which.stderr and "install torch first" not in which.stderr
+    next_step = (
+        f"fits the environment of {python}; next: a CUDA build of torch in {python} (ask for its wheel"
+    )
+    assert next_step in which.stderr
 
     # the CUDA build of the same torch, asked for: the wheel of the index that fits that venv's Python
     which = attnforge(

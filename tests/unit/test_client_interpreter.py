@@ -203,10 +203,7 @@ def test_no_torch_says_how_to_install_it_into_that_interpreter(index: Path) -> N
     assert res.explanation[0] == f"interpreter: {seen.describe()}" and "no torch" in res.explanation[0]
     assert "install torch first: /home/u/proj/.venv/bin/python -m pip install torch" in text
     assert "--torch 2.14+cu130" in text  # the nearest wheel's torch, for a torch still to be installed
-    assert (
-        res.next_step
-        == "install torch into that environment: /home/u/proj/.venv/bin/python -m pip install torch"
-    )
+    assert res.next_step == "/home/u/proj/.venv/bin/python -m pip install torch, then ask again"
     # no accelerator verdict without a torch (it read "wheel is cu130, torch  is a CPU-only build")
     assert "torch  is" not in text and "accelerator" not in text
     assert res.to_json()["interpreter"]["torch"] is None
@@ -217,6 +214,7 @@ def test_a_cpu_torch_is_named_and_the_cuda_build_suggested(index: Path) -> None:
     text = "\n".join(res.explanation)
     assert "accelerator: wheel is cu130, torch 2.13.0+cpu is a CPU-only build" in text
     assert "install a CUDA or ROCm build of torch into python" in text and "--torch 2.13.0+cu130" in text
+    assert res.next_step == "a CUDA build of torch in python (ask for its wheel with --torch 2.13.0+cu130)"
 
 
 def test_a_profile_mismatch_names_the_profiles_that_fit(index: Path) -> None:
@@ -263,7 +261,7 @@ def test_which_reports_the_interpreter_in_every_format(
     assert code == 0  # a fwd128 wheel exists for 2.12
     code, _, err = run_cli(capsys, "which", "--index-url", str(index), "--torch", "2.12")
     assert code == 3
-    assert f"error: no wheel in the index fits the environment of {user}; try --profile fwd128" in err
+    assert f"error: no wheel in the index fits the environment of {user}; next: --profile fwd128" in err
 
 
 def test_no_index_configured_says_how_to_name_one(

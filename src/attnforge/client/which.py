@@ -481,11 +481,15 @@ def resolve(
             f"install torch first: {python} -m pip install torch (the wheel is chosen by the torch it runs "
             f"with), or ask for a torch you plan to install: --torch {_planned_torch(_newest_torch(cands, near))}"
         )
-        next_step = next_step or f"install torch into that environment: {python} -m pip install torch"
+        next_step = next_step or f"{python} -m pip install torch, then ask again"
     elif env.accel is None:
+        planned = _planned_torch(near, env.torch)
         explanation.append(
             f"torch here is CPU-only: install a CUDA or ROCm build of torch into {python}; no cell builds "
-            f"for it (the wheel a CUDA build would get: --torch {_planned_torch(near, env.torch)})"
+            f"for it (the wheel a CUDA build would get: --torch {planned})"
+        )
+        next_step = (
+            next_step or f"a CUDA build of torch in {python} (ask for its wheel with --torch {planned})"
         )
     explanation += [f"note: {n}" for n in reader.notes]
     return Resolution(

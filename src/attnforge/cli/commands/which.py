@@ -158,6 +158,6 @@ def command(
         where = inspected.path
         raise NothingToDoError(
             f"no wheel in the index fits the environment of {where}"
-            + (f"; try {res.next_step}" if res.next_step else "")
+            + (f"; next: {res.next_step}" if res.next_step else "")
             + (f"; build one with: attnforge build --cell {res.build_cell}" if res.build_cell else "")
         )
