@@ -55,11 +55,13 @@ def diagnose(data: dict[str, Any], kernel: str = PROJECT) -> list[Check]:
     checks: list[Check] = []
     exe = str((data.get("interpreter") or {}).get("path") or data.get("executable") or "python")
     if not fa.get("installed"):
+        which_kernel = "" if kernel == PROJECT else f" --kernel {kernel}"
         return [
             Check(
                 kernel,
                 "fail",
-                f"not installed in {exe}: `attnforge which --python {exe} --index-url URL` names its wheel",
+                f"not installed in {exe}: `attnforge which --python {exe}{which_kernel} --index-url URL` names "
+                "its wheel",
             )
         ]
     checks.append(Check(kernel, "ok", f"{fa['version']} at {fa.get('location')}"))
