@@ -232,6 +232,18 @@ def test_a_profile_mismatch_names_the_profiles_that_fit(index: Path) -> None:
     assert res.next_step is None and "--profile" not in "\n".join(res.explanation[-3:])
 
 
+def test_torch_without_a_build_needs_one_where_no_torch_is_installed() -> None:
+    from attnforge.client.which import with_torch
+
+    bare = Env.from_probe(probe_data(None))
+    with pytest.raises(
+        ConfigurationError, match=r"--torch 2\.14: no torch is installed here .* --torch 2\.14\+cu130"
+    ):
+        with_torch(bare, "2.14")  # it answered as for a CPU-only "torch 2.14"
+    assert with_torch(bare, "2.14+cu130").accel == "cu130"
+    assert with_torch(Env.from_probe(probe_data("2.13.0+cu128", "12.8")), "2.14").accel == "cu128"
+
+
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     code = main(list(args))
     out = capsys.readouterr()

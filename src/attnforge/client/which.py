@@ -387,11 +387,16 @@ def build_cell_for(
 
 def with_torch(env: Env, torch: str) -> Env:
     """`env` as if it had torch `torch` (`2.13`, `2.13.0`, or `2.13.0+cu128` for another build); the
-    accelerator stays this environment's unless the version names one."""
+    accelerator stays this environment's unless the version names one (it must where no torch is installed)."""
     release, _, build = torch.partition("+")
     if not re.fullmatch(r"\d+\.\d+(\.\d+)?", release):
         raise ConfigurationError(f"--torch {torch}: expected a torch release such as 2.13 or 2.13.0+cu128")
     accel = env.accel
+    if not build and env.torch is None:
+        raise ConfigurationError(
+            f"--torch {torch}: no torch is installed here to take the CUDA/ROCm build from; "
+            f"name it: --torch {release}+cu130 (or +cuXYZ, +rocmX.Y)"
+        )
     if build:
         if cuda_of_variant(build) is None and not re.fullmatch(r"rocm\d+\.\d+", build):
             raise ConfigurationError(f"--torch {torch}: the build after '+' must be cuXYZ or rocmX.Y")
