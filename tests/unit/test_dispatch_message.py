@@ -86,7 +86,7 @@ def compile_tree(tmp_path_factory: pytest.TempPathFactory) -> Compile:
 
 
 HD128 = "this flash-attn wheel (attnforge profile hd128: head dims [128], dtypes [fp16, bf16], forward and backward)"
-SERVES = ", such as the full profile (`attnforge which --profile <tag>` names a profile's wheel for your environment)"
+SERVES = " serves it (the full profile has all); `attnforge which {}` names the one for your environment"
 
 
 def test_a_missing_head_dim_names_the_profile_and_what_serves_it_and_no_build_path(
@@ -96,14 +96,14 @@ def test_a_missing_head_dim_names_the_profile_and_what_serves_it_and_no_build_pa
     out = call("64", "bf16")
     assert (
         out
-        == f"RuntimeError: {HD128} has no kernel for head dim 64: a wheel of a profile with head dim 64 serves it{SERVES}"
+        == f"RuntimeError: {HD128} has no kernel for head dim 64: a wheel of a profile with head dim 64{SERVES.format('--head-dim 64')}"
     )
     # it used to read "unsupported_head_dim, /…/.attnforge-cache/cells/<key>/…/attnforge_dispatch.h:69, …"
     assert "/" not in out and ".h" not in out and "unsupported_head_dim" not in out
     assert call("100", "fp16") == "kernel 128"  # upstream's buckets: d <= 128 runs the 128 kernel
     assert call("160", "fp16") == (
         f"RuntimeError: {HD128} has no kernel for head dim 160 (run by the head dim 192 kernel): a wheel of a "
-        f"profile with head dim 192 serves it{SERVES}"
+        f"profile with head dim 192{SERVES.format('--head-dim 160')}"
     )
     assert call("300", "fp16") == "RuntimeError: flash-attn 2 has no kernel for head dim 300 (at most 256)"
     assert call("bwd") == "bwd kernel"
@@ -118,11 +118,11 @@ def test_a_missing_dtype_or_backward_names_them(compile_tree: Compile) -> None:
     assert call("128", "bf16") == "kernel 128"
     assert (
         call("128", "fp16")
-        == f"RuntimeError: {wheel} has no fp16 kernels: a wheel of a profile with fp16 serves it{SERVES}"
+        == f"RuntimeError: {wheel} has no fp16 kernels: a wheel of a profile with fp16 kernels{SERVES.format('--dtype fp16')}"
     )
     assert (
         call("bwd")
-        == f"RuntimeError: {wheel} has no backward kernels: a wheel of a profile with backward serves it{SERVES}"
+        == f"RuntimeError: {wheel} has no backward kernels: a wheel of a profile with backward kernels{SERVES.format('--backward')}"
     )
 
 

@@ -34,6 +34,7 @@ from packaging.version import InvalidVersion, Version
 from attnforge.builder.toolkits import cuda_of_variant
 from attnforge.client.index_fetch import IndexFault, IndexReader
 from attnforge.client.interpreter import Inspected
+from attnforge.client.kernel_needs import Needs
 from attnforge.client.records_location import records_base
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.engine.environment import Env, interpreter_abis
@@ -237,8 +238,9 @@ def load_manifest(c: Candidate) -> dict[str, Any] | None:
 AXES = ("python", "platform", "torch", "accelerator", "cxx11_abi", "profile", "gpu_arch", "driver")
 
 
-def check(c: Candidate, env: Env, profile: str | None) -> list[tuple[str, str]]:
-    """Every axis on which `c` does not fit `env`, as (axis, explanation)."""
+def check(c: Candidate, env: Env, profile: str | None, needs: Needs | None = None) -> list[tuple[str, str]]:
+    """Every axis on which `c` does not fit `env`, as (axis, explanation). With `needs` (kernels the calls
+    need) the profile axis takes any profile whose manifest has them (`profile` given: that one only)."""
     problems: list[tuple[str, str]] = []
     wheel_py = ".".join(sorted(c.python_tags))
     accepted = interpreter_abis(env.python)
@@ -274,7 +276,7 @@ def check(c: Candidate, env: Env, profile: str | None) -> list[tuple[str, str]]:
         have = "TRUE" if env.cxx11_abi else "FALSE"
         problems.append(("cxx11_abi", f"wheel is cxx11abi{want}, torch here is cxx11abi{have}"))
     tag = c.local.profile_tag
-    if (profile or None) != tag and not (profile == "full" and tag is None):
+    if (profile or not needs) and (profile or None) != tag and not (profile == "full" and tag is None):
         problems.append(
             (
                 "profile",
@@ -282,6 +284,8 @@ def check(c: Candidate, env: Env, profile: str | None) -> list[tuple[str, str]]:
                 f"(`--profile {tag or 'full'}` accepts it)",
             )
         )
+    if needs and not problems and (lacks := needs.problem(load_manifest(c), c.local)):
+        problems.append(("profile", lacks))
     if env.gpus and all(axis == "profile" for axis, _ in problems):  # a profile away: is it worth naming?
         manifest = load_manifest(c) or {}
         arches = list((manifest.get("inputs") or {}).get("arches") or [])
@@ -412,21 +416,25 @@ def resolve(
     reader: IndexReader | None = None,
     records_url: str | None = None,
     inspected: Inspected | None = None,
+    needs: Needs | None = None,
 ) -> Resolution:
     """Pick the wheel for `env` from the index at `index_url`, or explain why none fits. `reader` bounds
     the time spent reading the index (default: index_fetch's connect timeout and total budget);
     `records_url`: where an index server that keeps packages only serves the wheels' manifests;
-    `inspected`: the interpreter `env` was read from (named in the explanation, and in what to type next)."""
+    `inspected`: the interpreter `env` was read from (named in the explanation, and in what to type next);
+    `needs`: kernels the calls need (any profile that has them fits; `kernel_needs`)."""
     reader = reader or IndexReader()
     page, data = fetch_project(index_url, project, reader)
     malformed: list[str] = []
     cands = candidates(page, data, reader, malformed)
     for c in cands:
         c.records_url = records_url
-        c.problems = check(c, env, profile)
+        c.problems = check(c, env, profile, needs)
     fits = [c for c in cands if not c.problems]
     explanation = [f"interpreter: {inspected.describe()}"] if inspected else []
     explanation.append(f"environment: {env.describe()}")
+    if needs:
+        explanation.append(f"kernels needed: {needs.describe()} (any profile that has them)")
     yanked = yanked_files(data)
     for filename, reason in sorted(yanked.items()):
         explanation.append(f"yanked, never proposed: {filename} ({reason or 'no reason given'})")
@@ -475,7 +483,7 @@ def resolve(
         explanation.append(f"variants in the index: {', '.join(available)}")
     cell = build_cell_for(env, near, kernel_version, project)
     python = inspected.path if inspected else "python"
-    step = _profile_step(cands, profile)
+    step = None if needs else _profile_step(cands, profile)
     next_step = step[0] if step else None
     if step:
         explanation.append(step[1])

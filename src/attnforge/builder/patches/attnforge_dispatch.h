@@ -7,8 +7,9 @@
 //   ATTNFORGE_HEAD_DIMS=64,128   head dims compiled (default: all six of flash-attn 2)
 //   ATTNFORGE_FP16=0|1, ATTNFORGE_BF16=0|1   dtypes compiled (default: both)
 // A head dim, dtype or backward call that was left out raises a RuntimeError saying what the wheel holds (its
-// attnforge profile, head dims, dtypes, backward) and what kind of wheel serves the call, instead of failing
-// at import with an undefined symbol. Discarded `if constexpr` branches name no kernel symbol. The profile's
+// attnforge profile, head dims, dtypes, backward) and what serves the call: the `attnforge which --head-dim D`
+// (--dtype T, --backward) that names the wheel of a profile with that kernel for the user's environment, from
+// the index's manifests; instead of failing at import with an undefined symbol. Discarded `if constexpr` branches name no kernel symbol. The profile's
 // tag comes from attnforge_profile.h, which the setup hook writes beside this header (ATTNFORGE_PROFILE_NAME);
 // without it the message says "attnforge build".
 //
@@ -88,11 +89,11 @@ inline std::string this_wheel() {
   return s;
 }
 
-// ": a wheel of a profile with <what> serves it, such as the full profile (`attnforge which --profile <tag>`
-// names a profile's wheel for your environment)"
-inline std::string served_by(const std::string& what) {
-  return ": a wheel of a profile with " + what + " serves it, such as the full profile (`attnforge which " +
-         "--profile <tag>` names a profile's wheel for your environment)";
+// ": a wheel of a profile with <what> serves it (the full profile has all); `attnforge which <option>` names
+// the one for your environment"
+inline std::string served_by(const std::string& what, const std::string& option) {
+  return ": a wheel of a profile with " + what + " serves it (the full profile has all); `attnforge which " +
+         option + "` names the one for your environment";
 }
 
 [[noreturn]] inline void unsupported_head_dim(int d, int kernel_dim) {
@@ -102,15 +103,17 @@ inline std::string served_by(const std::string& what) {
   const std::string kernel = "head dim " + std::to_string(kernel_dim);
   const std::string bucket = d == kernel_dim ? "" : " (run by the " + kernel + " kernel)";
   throw std::runtime_error(this_wheel() + " has no kernel for head dim " + std::to_string(d) + bucket +
-                           served_by(kernel));
+                           served_by(kernel, "--head-dim " + std::to_string(d)));
 }
 
 [[noreturn]] inline void unsupported_dtype(const char* name) {
-  throw std::runtime_error(this_wheel() + " has no " + name + " kernels" + served_by(name));
+  throw std::runtime_error(this_wheel() + " has no " + name + " kernels" +
+                           served_by(std::string(name) + " kernels", std::string("--dtype ") + name));
 }
 
 [[noreturn]] inline void no_backward() {
-  throw std::runtime_error(this_wheel() + " has no backward kernels" + served_by("backward"));
+  throw std::runtime_error(this_wheel() + " has no backward kernels" +
+                           served_by("backward kernels", "--backward"));
 }
 
 }  // namespace attnforge

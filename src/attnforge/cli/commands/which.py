@@ -57,6 +57,17 @@ DEFAULT_INDEX = "http://127.0.0.1:8000"  # `attnforge serve`'s address
 @user_python_option
 @click.option("--profile", help="Accept a lean profile's wheel (its local-version tag, e.g. infer).")
 @click.option(
+    "--head-dim",
+    type=click.IntRange(min=1),
+    help="Find the wheel of any profile with the kernel for this head dim (what a narrower wheel's error asks).",
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(["fp16", "bf16", "fp8"]),
+    help="Likewise: any profile with this dtype's kernels.",
+)
+@click.option("--backward", is_flag=True, help="Likewise: any profile with backward kernels.")
+@click.option(
     "--torch",
     "torch",
     help="Answer for this torch release instead of the installed one (e.g. 2.13, or 2.13.0+cu128 for "
@@ -99,6 +110,9 @@ def command(
     index_url: str | None,
     python: str | None,
     profile: str | None,
+    head_dim: int | None,
+    dtype: str | None,
+    backward: bool,
     torch: str | None,
     fmt: str,
     as_json: bool,
@@ -112,11 +126,13 @@ def command(
 
     The environment is the one of --python, else of the active venv, conda environment or python3 on PATH
     (the report names it). Compared: Python, platform, torch release, the torch build's CUDA/ROCm, C++ ABI,
-    profile and, with a GPU, its architecture and the driver. Yanked wheels are never proposed. The command
+    profile (or with --head-dim/--dtype/--backward: any profile with those kernels) and, with a GPU, its
+    architecture and the driver. Yanked wheels are never proposed. The command
     (or the uv entries) goes to stdout, the reasoning to stderr. An index that cannot be read says why, with
     the URL: connection refused, timeout, HTTP status, corrupt page (exit 5).
     """
     from attnforge.client.interpreter import choose_interpreter, inspect
+    from attnforge.client.kernel_needs import Needs
     from attnforge.client.which import resolve, with_torch
     from attnforge.engine.environment import Env
 
@@ -126,7 +142,8 @@ def command(
         env = with_torch(env, torch)
     reader = IndexReader(total_s=timeout)
     try:
-        res = resolve(env, index_url or DEFAULT_INDEX, profile, kernel, reader, records_url, inspected)
+        needs = Needs(head_dim, dtype, backward)
+        res = resolve(env, index_url or DEFAULT_INDEX, profile, kernel, reader, records_url, inspected, needs)
     except AttnforgeError as exc:
         if index_url:
             raise
