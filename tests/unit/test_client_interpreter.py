@@ -18,7 +18,7 @@ import pytest
 
 from attnforge.cli import main
 from attnforge.client.doctor import diagnose, run_doctor
-from attnforge.client.interpreter import Interpreter, choose_interpreter, inspect
+from attnforge.client.interpreter import Interpreter, choose_interpreter, probe_environment
 from attnforge.client.which import resolve
 from attnforge.core.errors import ConfigurationError
 from attnforge.engine.environment import Env
@@ -117,13 +117,13 @@ def test_python_takes_a_venv_folder_or_a_command(envs: dict[str, Path], tmp_path
 def test_the_report_names_the_interpreter_python_and_torch(tmp_path: Path) -> None:
     with_torch = make_venv(tmp_path / "t", "2.13.0+cpu")
     interp = Interpreter(str(with_torch), "VIRTUAL_ENV")
-    data, seen = inspect(interp)
+    data, seen = probe_environment(interp)
     assert data["torch"]["installed"] and seen.torch == "2.13.0+cpu" and seen.accel is None
     text = seen.describe()
     assert text.startswith(f"{with_torch} (Python {PY}.")
     assert "chosen by $VIRTUAL_ENV (the active venv)), torch 2.13.0+cpu (CPU-only, cxx11abi TRUE)" in text
     assert seen.to_json()["torch"] == {"version": "2.13.0+cpu", "accelerator": "cpu", "cxx11_abi": True}
-    _, bare = inspect(Interpreter(str(make_venv(tmp_path / "b")), "PATH"))
+    _, bare = probe_environment(Interpreter(str(make_venv(tmp_path / "b")), "PATH"))
     assert bare.torch is None and bare.describe().endswith("), no torch")
     assert bare.to_json()["torch"] is None
 

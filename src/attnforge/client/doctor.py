@@ -21,7 +21,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from attnforge.builder.toolkits import toolkit_variant
-from attnforge.client.interpreter import Interpreter, choose_interpreter, inspect
+from attnforge.client.interpreter import Interpreter, choose_interpreter, probe_environment
 from attnforge.core.kernels import import_names
 from attnforge.engine.environment import Env
 from attnforge.matrix.arch_policy import wheel_runs_on
@@ -201,10 +201,10 @@ def run_doctor(
     interp = python if isinstance(python, Interpreter) else choose_interpreter(python)
     module = extension_of(kernel)
     try:
-        data, inspected = inspect(interp, kernel, module)
+        data, inspected = probe_environment(interp, kernel, module)
     except Exception as first:
         # the import itself may crash the interpreter: probe again without it and say so
-        data, inspected = inspect(interp, kernel, "")
+        data, inspected = probe_environment(interp, kernel, "")
         data.setdefault("flash_attn", {})["import"] = {"ok": False, "error": f"the import crashed: {first}"}
     data["interpreter"] = inspected.to_json()  # diagnose's hints name it as the user gave it
     checks = [Check("interpreter", "ok", inspected.describe()), *diagnose(data, kernel)]

@@ -4,7 +4,7 @@
 on PATH, or a venv/conda folder), the active venv (`$VIRTUAL_ENV/bin/python`), the active conda
 environment (`$CONDA_PREFIX/bin/python`), the first `python3` on PATH; attnforge's own interpreter only
 when none of these exists. A variable that names a folder without an interpreter is passed over, and the
-report says so. `inspect` runs the environment probe with that interpreter (a separate process, JSON out,
+report says so. `probe_environment` runs the environment probe with that interpreter (a separate process, JSON out,
 bounded in time: torch is never imported into attnforge's process) and `Inspected` says what was found:
 the interpreter's path and Python, and its torch (release, CUDA/ROCm build, C++ ABI) or "no torch".
 """
@@ -159,7 +159,7 @@ class Inspected:
         }
 
 
-def inspect(
+def probe_environment(
     interpreter: Interpreter,
     project: str | None = None,
     module: str | None = None,

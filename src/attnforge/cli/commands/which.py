@@ -131,12 +131,12 @@ def command(
     (or the uv entries) goes to stdout, the reasoning to stderr. An index that cannot be read says why, with
     the URL: connection refused, timeout, HTTP status, corrupt page (exit 5).
     """
-    from attnforge.client.interpreter import choose_interpreter, inspect
+    from attnforge.client.interpreter import choose_interpreter, probe_environment
     from attnforge.client.kernel_needs import Needs
     from attnforge.client.which import resolve, with_torch
     from attnforge.engine.environment import Env
 
-    data, inspected = inspect(choose_interpreter(python))
+    data, inspected = probe_environment(choose_interpreter(python))
     env = Env.from_probe(data)
     if torch:
         env = with_torch(env, torch)
