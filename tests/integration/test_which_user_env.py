@@ -4,8 +4,8 @@ suite and a flash-attn wheel; against a real served index.
 
 Reuses the session's torch 2.13.0+cpu venv and its finalized wheel (`wheelfactory`) and the installed
 attnforge (`installed_attnforge`), which other integration tests make anyway: its own cost is one publish, one
-server, one wheel install and four attnforge runs (each importing torch in the user's interpreter): 39 s for
-the test itself on a 2-core machine under load.
+server, one wheel install and four attnforge runs (each importing torch in the user's interpreter): 28-39 s
+for the test itself on a 2-core machine under load (load average 11-14).
 """
 
 from __future__ import annotations
