@@ -201,6 +201,7 @@ def test_no_torch_says_how_to_install_it_into_that_interpreter(index: Path) -> N
     res = resolve(Env.from_probe(data), str(index), inspected=seen)
     text = "\n".join(res.explanation)
     assert res.explanation[0] == f"interpreter: {seen.describe()}" and "no torch" in res.explanation[0]
+    assert res.explanation[1] == f"environment: Python {PY} (x86_64), no torch, no GPU"  # was "[CPU-only]"
     assert "install torch first: /home/u/proj/.venv/bin/python -m pip install torch" in text
     assert "--torch 2.14+cu130" in text  # the nearest wheel's torch, for a torch still to be installed
     assert res.next_step == "/home/u/proj/.venv/bin/python -m pip install torch, then ask again"

@@ -95,10 +95,11 @@ class Env:
     def describe(self) -> str:
         abi = "?" if self.cxx11_abi is None else ("TRUE" if self.cxx11_abi else "FALSE")
         gpu = ", ".join(self.gpus) or "no GPU"
-        return (
-            f"Python {self.python} ({self.machine}), torch {self.torch or 'not installed'} "
-            f"[{self.accel or 'CPU-only'}], cxx11abi {abi}, {gpu}"
-            + (f", driver CUDA {self.driver_cuda}" if self.driver_cuda else "")
+        torch = (
+            f"torch {self.torch} [{self.accel or 'CPU-only'}], cxx11abi {abi}" if self.torch else "no torch"
+        )
+        return f"Python {self.python} ({self.machine}), {torch}, {gpu}" + (
+            f", driver CUDA {self.driver_cuda}" if self.driver_cuda else ""
         )
 
 
