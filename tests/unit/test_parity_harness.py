@@ -35,10 +35,14 @@ def _func(
 ):
     if q.shape[-1] not in BUILT:
         raise RuntimeError(
-            f"this flash-attn wheel was built by attnforge with head dims [128] only; got {q.shape[-1]}"
+            "this flash-attn wheel (attnforge profile fwd128: head dims [128], dtypes [bf16], forward only) "
+            f"has no kernel for head dim {q.shape[-1]}: a wheel of a profile with head dim {q.shape[-1]} serves it"
         )
     if q.dtype != torch.bfloat16:
-        raise RuntimeError("this flash-attn wheel was built by attnforge with dtypes [bf16] only; got fp16")
+        raise RuntimeError(
+            "this flash-attn wheel (attnforge profile fwd128: head dims [128], dtypes [bf16], forward only) "
+            "has no fp16 kernels: a wheel of a profile with fp16 serves it"
+        )
     bias = R.alibi_bias(alibi_slopes, q.shape[1], k.shape[1], causal) if alibi_slopes is not None else None
     keep = torch.rand(q.shape[0], q.shape[2], q.shape[1], k.shape[1]) >= dropout_p if dropout_p > 0 else None
     out, probs = R.attention_ref(

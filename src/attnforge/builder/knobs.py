@@ -97,6 +97,7 @@ def flash_attn_env(spec: BuildSpec, nums: list[str], prebuilt: Path | None) -> d
         "ATTNFORGE_DEFINES": " ".join(f"-DFLASHATTENTION_DISABLE_{d.upper()}" for d in spec.disable),
         "ATTNFORGE_HEAD_DIMS": ",".join(str(d) for d in (spec.head_dims or [])),
         "ATTNFORGE_DTYPES": ",".join(spec.dtypes or []),
+        "ATTNFORGE_PROFILE": spec.profile or "",
         "ATTNFORGE_DROP_BACKWARD": "0" if spec.backward else "1",
         "ATTNFORGE_PREBUILT_OBJECTS": str(prebuilt) if prebuilt else "",
         "ATTNFORGE_UNIT_SECONDS": ",".join(f"{k}={v:g}" for k, v in sorted(spec.unit_seconds.items())),

@@ -13,7 +13,8 @@ same thing on both sides. Field by field (defaults in the dataclass):
 - what gets compiled: ``arches`` (sm_90, gfx942), ``gencode`` (the arch policy's ``-gencode`` pairs, e.g.
   ``arch=compute_100f,code=sm_100``; empty: the kernel's setup.py decides), ``platform`` (x86_64 or aarch64:
   the wheel's host architecture; another than the builder's own is cross-compiled, ``cross``), ``cxx11_abi``, ``patches``, ``disable`` (profile
-  features compiled out: backward, dropout, ...), ``head_dims``, ``dtypes``, ``rocm_backend``;
+  features compiled out: backward, dropout, ...), ``head_dims``, ``dtypes``, ``rocm_backend``, ``profile`` (its tag,
+  named in a profile build's dispatch errors);
 - how: ``max_jobs`` (None = from cores and memory), ``nvcc_threads``, ``job_mem_gb``, ``nvcc_append_flags``,
   ``ccache_dir``, ``source_date_epoch``, ``env`` (extra variables, last word), ``cxx_probe``, ``max_gcc``
   (newest gcc the toolkit accepts), ``unit_seconds`` (measured compile time per unit: the longest start
@@ -80,6 +81,8 @@ class BuildSpec:
     disable: list[str] = field(default_factory=list)
     head_dims: list[int] | None = None
     dtypes: list[str] | None = None
+    # the profile's tag ("full": the full profile): a profile build's dispatch errors name it (attnforge_dispatch.h)
+    profile: str | None = None
     rocm_backend: str | None = None
     max_jobs: int | None = None
     nvcc_threads: int = 1

@@ -40,3 +40,12 @@ records_url_option = click.option(
     "`records` folder of a pypiserver destination): --verify checks the records there, and `which` reads each "
     "candidate's manifest there (its variant and GPU arches); default: beside the wheel in the index.",
 )
+
+
+user_python_option = click.option(
+    "--python",
+    "python",
+    help="Inspect this interpreter's environment (a path, a command on PATH, or a venv folder). Default: the "
+    "active venv ($VIRTUAL_ENV), else the active conda environment ($CONDA_PREFIX), else the first python3 on "
+    "PATH; the report names the one inspected.",
+)

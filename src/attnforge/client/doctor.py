@@ -20,8 +20,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from attnforge.client.interpreter import Interpreter, choose_interpreter, probe_environment
 from attnforge.core.kernels import import_names
-from attnforge.engine.environment import Env, run_probe
+from attnforge.engine.environment import Env
 from attnforge.matrix.arch_policy import wheel_runs_on
 from attnforge.names import cuda_version, toolkit_variant
 from attnforge.wheels.naming import PROJECT, cuda_minor_compatible, torch_family
@@ -52,8 +53,17 @@ def diagnose(data: dict[str, Any], kernel: str = PROJECT) -> list[Check]:
     env = Env.from_probe(data)
     fa = data.get("flash_attn") or {}
     checks: list[Check] = []
+    exe = str((data.get("interpreter") or {}).get("path") or data.get("executable") or "python")
     if not fa.get("installed"):
-        return [Check(kernel, "fail", f"not installed in {data.get('executable')}")]
+        which_kernel = "" if kernel == PROJECT else f" --kernel {kernel}"
+        return [
+            Check(
+                kernel,
+                "fail",
+                f"not installed in {exe}: `attnforge which --python {exe}{which_kernel} --index-url URL` names "
+                "its wheel",
+            )
+        ]
     checks.append(Check(kernel, "ok", f"{fa['version']} at {fa.get('location')}"))
     record = fa.get("build_record") or {}
     inputs = record.get("inputs") or {}
@@ -69,7 +79,14 @@ def diagnose(data: dict[str, Any], kernel: str = PROJECT) -> list[Check]:
 
     torch = data.get("torch") or {}
     if not torch.get("installed"):
-        checks.append(Check("torch", "fail", f"not importable: {torch.get('error', 'not installed')}"))
+        checks.append(
+            Check(
+                "torch",
+                "fail",
+                f"not importable: {torch.get('error', 'not installed')}; install it into this environment: "
+                f"{exe} -m pip install torch",
+            )
+        )
     else:
         checks.append(Check("torch", "ok", f"{torch['version']} ({env.accel or 'CPU-only'})"))
         for raw in fa.get("requires") or []:
@@ -177,18 +194,21 @@ def diagnose(data: dict[str, Any], kernel: str = PROJECT) -> list[Check]:
 
 
 def run_doctor(
-    python: str | None = None, kernel: str = PROJECT, index_url: str | None = None
+    python: Interpreter | str | None = None, kernel: str = PROJECT, index_url: str | None = None
 ) -> tuple[dict[str, Any], list[Check]]:
-    """Probe `python`'s environment (importing the kernel's extension) and diagnose it; with `index_url`,
-    also whether the installed wheel was yanked there since (`client.yank_status`)."""
+    """Probe the environment of `python` (an Interpreter, or --python's value: `choose_interpreter`),
+    importing the kernel's extension, and diagnose it; the first check names the interpreter and its torch.
+    With `index_url`, also whether the installed wheel was yanked there since (`client.yank_status`)."""
+    interp = python if isinstance(python, Interpreter) else choose_interpreter(python)
     module = extension_of(kernel)
     try:
-        data = run_probe(python, kernel, module)
+        data, inspected = probe_environment(interp, kernel, module)
     except Exception as first:
         # the import itself may crash the interpreter: probe again without it and say so
-        data = run_probe(python, kernel, "")
+        data, inspected = probe_environment(interp, kernel, "")
         data.setdefault("flash_attn", {})["import"] = {"ok": False, "error": f"the import crashed: {first}"}
-    checks = diagnose(data, kernel)
+    data["interpreter"] = inspected.to_json()  # diagnose's hints name it as the user gave it
+    checks = [Check("interpreter", "ok", inspected.describe()), *diagnose(data, kernel)]
     fa = data.get("flash_attn") or {}
     if index_url and fa.get("installed"):
         from attnforge.client.yank_status import yank_check

@@ -32,6 +32,8 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from attnforge.client.index_fetch import IndexFault, IndexReader
+from attnforge.client.interpreter import Inspected
+from attnforge.client.kernel_needs import Needs
 from attnforge.client.records_location import records_base
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.engine.environment import Env, interpreter_abis
@@ -236,8 +238,9 @@ def load_manifest(c: Candidate) -> dict[str, Any] | None:
 AXES = ("python", "platform", "torch", "accelerator", "cxx11_abi", "profile", "gpu_arch", "driver")
 
 
-def check(c: Candidate, env: Env, profile: str | None) -> list[tuple[str, str]]:
-    """Every axis on which `c` does not fit `env`, as (axis, explanation)."""
+def check(c: Candidate, env: Env, profile: str | None, needs: Needs | None = None) -> list[tuple[str, str]]:
+    """Every axis on which `c` does not fit `env`, as (axis, explanation). With `needs` (kernels the calls
+    need) the profile axis takes any profile whose manifest has them (`profile` given: that one only)."""
     problems: list[tuple[str, str]] = []
     wheel_py = ".".join(sorted(c.python_tags))
     accepted = interpreter_abis(env.python)
@@ -261,10 +264,10 @@ def check(c: Candidate, env: Env, profile: str | None) -> list[tuple[str, str]]:
         problems.append(("torch", "torch is not installed here"))
     elif torch_why := c.local.torch_problem(env.torch):
         problems.append(("torch", torch_why))
-    if env.accel is None:
-        problems.append(
-            ("accelerator", f"wheel is {c.local.accel}, torch {env.torch or ''} is a CPU-only build")
-        )
+    if env.torch is None:
+        pass  # no torch: the torch axis says so; there is no build to compare
+    elif env.accel is None:
+        problems.append(("accelerator", f"wheel is {c.local.accel}, torch {env.torch} is a CPU-only build"))
     elif accel_why := c.local.accel_problem(env.accel):
         problems.append(("accelerator", accel_why))
     # a stable-ABI wheel passes no C++ object to libtorch (its C shim only): the C++ ABI does not matter
@@ -273,9 +276,17 @@ def check(c: Candidate, env: Env, profile: str | None) -> list[tuple[str, str]]:
         have = "TRUE" if env.cxx11_abi else "FALSE"
         problems.append(("cxx11_abi", f"wheel is cxx11abi{want}, torch here is cxx11abi{have}"))
     tag = c.local.profile_tag
-    if (profile or None) != tag and not (profile == "full" and tag is None):
-        problems.append(("profile", f"wheel is profile {tag or 'full'}, asked for {profile or 'full'}"))
-    if env.gpus and not problems:
+    if (profile or not needs) and (profile or None) != tag and not (profile == "full" and tag is None):
+        problems.append(
+            (
+                "profile",
+                f"wheel is profile {tag or 'full'}, asked for {profile or 'full'} "
+                f"(`--profile {tag or 'full'}` accepts it)",
+            )
+        )
+    if needs and not problems and (lacks := needs.problem(load_manifest(c), c.local)):
+        problems.append(("profile", lacks))
+    if env.gpus and all(axis == "profile" for axis, _ in problems):  # a profile away: is it worth naming?
         manifest = load_manifest(c) or {}
         arches = list((manifest.get("inputs") or {}).get("arches") or [])
         if arches:
@@ -313,9 +324,12 @@ class Resolution:
     uv: str | None = None  # pyproject.toml entries for uv (an attnforge index only)
     yanked: dict[str, str] = field(default_factory=dict)  # files skipped as yanked, with their reasons
     malformed: list[str] = field(default_factory=list)  # index entries left out, and why
+    inspected: Inspected | None = None  # the interpreter whose environment was probed
+    next_step: str | None = None  # what to type next when no wheel fits (an option, a command)
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "interpreter": self.inspected.to_json() if self.inspected else None,
             "environment": self.env.__dict__,
             "wheel": self.choice.filename if self.choice else None,
             "variant": self.choice.variant if self.choice else None,
@@ -326,6 +340,7 @@ class Resolution:
             "rejected": {c.filename: dict(c.problems) for c in self.candidates if c.problems},
             "yanked": self.yanked,
             "malformed": self.malformed,
+            "next_step": self.next_step,
         }
 
 
@@ -376,11 +391,16 @@ def build_cell_for(
 
 def with_torch(env: Env, torch: str) -> Env:
     """`env` as if it had torch `torch` (`2.13`, `2.13.0`, or `2.13.0+cu128` for another build); the
-    accelerator stays this environment's unless the version names one."""
+    accelerator stays this environment's unless the version names one (it must where no torch is installed)."""
     release, _, build = torch.partition("+")
     if not re.fullmatch(r"\d+\.\d+(\.\d+)?", release):
         raise ConfigurationError(f"--torch {torch}: expected a torch release such as 2.13 or 2.13.0+cu128")
     accel = env.accel
+    if not build and env.torch is None:
+        raise ConfigurationError(
+            f"--torch {torch}: no torch is installed here to take the CUDA/ROCm build from; "
+            f"name it: --torch {release}+cu130 (or +cuXYZ, +rocmX.Y)"
+        )
     if build:
         if cuda_of_variant(build) is None and not re.fullmatch(r"rocm\d+\.\d+", build):
             raise ConfigurationError(f"--torch {torch}: the build after '+' must be cuXYZ or rocmX.Y")
@@ -395,19 +415,26 @@ def resolve(
     project: str = PROJECT,
     reader: IndexReader | None = None,
     records_url: str | None = None,
+    inspected: Inspected | None = None,
+    needs: Needs | None = None,
 ) -> Resolution:
     """Pick the wheel for `env` from the index at `index_url`, or explain why none fits. `reader` bounds
     the time spent reading the index (default: index_fetch's connect timeout and total budget);
-    `records_url`: where an index server that keeps packages only serves the wheels' manifests."""
+    `records_url`: where an index server that keeps packages only serves the wheels' manifests;
+    `inspected`: the interpreter `env` was read from (named in the explanation, and in what to type next);
+    `needs`: kernels the calls need (any profile that has them fits; `kernel_needs`)."""
     reader = reader or IndexReader()
     page, data = fetch_project(index_url, project, reader)
     malformed: list[str] = []
     cands = candidates(page, data, reader, malformed)
     for c in cands:
         c.records_url = records_url
-        c.problems = check(c, env, profile)
+        c.problems = check(c, env, profile, needs)
     fits = [c for c in cands if not c.problems]
-    explanation = [f"environment: {env.describe()}"]
+    explanation = [f"interpreter: {inspected.describe()}"] if inspected else []
+    explanation.append(f"environment: {env.describe()}")
+    if needs:
+        explanation.append(f"kernels needed: {needs.describe()} (any profile that has them)")
     yanked = yanked_files(data)
     for filename, reason in sorted(yanked.items()):
         explanation.append(f"yanked, never proposed: {filename} ({reason or 'no reason given'})")
@@ -427,7 +454,9 @@ def resolve(
     if fits:
         best = max(fits, key=key)
         command, uv = install_commands(index_url, page, project, best)
-        res = Resolution(env, index_url, best, command, cands, explanation, None, uv, yanked, malformed)
+        res = Resolution(
+            env, index_url, best, command, cands, explanation, None, uv, yanked, malformed, inspected
+        )
         explanation.append(f"fits: {best.filename} (variant {best.variant})")
         explanation += [f"note: {n}" for n in reader.notes]
         return res
@@ -453,13 +482,58 @@ def resolve(
         available = sorted({c.variant or "?" for c in cands})
         explanation.append(f"variants in the index: {', '.join(available)}")
     cell = build_cell_for(env, near, kernel_version, project)
+    python = inspected.path if inspected else "python"
+    step = None if needs else _profile_step(cands, profile)
+    next_step = step[0] if step else None
+    if step:
+        explanation.append(step[1])
     if cell:
         explanation.append(f"a matrix cell would build it: attnforge build --cell {cell}")
     elif env.torch is None:
-        explanation.append("install torch first: the wheel is chosen by the torch it runs with")
-    elif env.accel is None:
         explanation.append(
-            "torch here is CPU-only: install a CUDA or ROCm build of torch; no cell builds for it"
+            f"install torch first: {python} -m pip install torch (the wheel is chosen by the torch it runs "
+            f"with), or ask for a torch you plan to install: --torch {_planned_torch(_newest_torch(cands, near))}"
+        )
+        next_step = next_step or f"{python} -m pip install torch, then ask again"
+    elif env.accel is None:
+        planned = _planned_torch(near, env.torch)
+        explanation.append(
+            f"torch here is CPU-only: install a CUDA or ROCm build of torch into {python}; no cell builds "
+            f"for it (the wheel a CUDA build would get: --torch {planned})"
+        )
+        next_step = (
+            next_step or f"a CUDA build of torch in {python} (ask for its wheel with --torch {planned})"
         )
     explanation += [f"note: {n}" for n in reader.notes]
-    return Resolution(env, index_url, None, None, cands, explanation, cell, None, yanked, malformed)
+    return Resolution(
+        env, index_url, None, None, cands, explanation, cell, None, yanked, malformed, inspected, next_step
+    )
+
+
+def _profile_step(cands: list[Candidate], profile: str | None) -> tuple[str, str] | None:
+    """(option, explanation) when wheels fit on every axis but the profile: `--profile X` for each profile
+    they have (the full profile: no --profile); None when no wheel is only a profile away."""
+    only_profile = [c for c in cands if c.problems and {a for a, _ in c.problems} == {"profile"}]
+    tags = sorted({(c.local.profile_tag if c.local else None) or "full" for c in only_profile})
+    if not tags:
+        return None
+    options = " or ".join(f"--profile {t}" for t in tags)  # `--profile full` selects the full profile
+    asked = f"profile {profile}" if profile else "the full profile (no --profile)"
+    return options, (
+        f"no wheel of {asked} fits, but the index has one for this environment in profile "
+        f"{', '.join(tags)}: add {options}"
+    )
+
+
+def _newest_torch(cands: list[Candidate], near: Candidate | None) -> Candidate | None:
+    """The wheel for the newest torch among those only torch keeps from fitting (else `near`)."""
+    torch_only = [c for c in cands if c.local and {a for a, _ in c.problems} == {"torch"}]
+    return max(torch_only, key=lambda c: Version(c.local.torch_family if c.local else "0"), default=near)
+
+
+def _planned_torch(near: Candidate | None, installed: str | None = None) -> str:
+    """A `--torch` value for the nearest wheel's torch and accelerator (`2.13+cu130`), else a sample."""
+    if near is None or near.local is None:
+        return "X.Y+cuXYZ (e.g. 2.14+cu130)"
+    release = (installed or "").split("+")[0] or near.local.torch_family
+    return f"{release}+{near.local.accel}"

@@ -21,18 +21,21 @@ PROBE_MARK = "ATTNFORGE-PROBE "
 
 
 def run_probe(
-    python: str | None = None, project: str | None = None, module: str | None = None
+    python: str | None = None, project: str | None = None, module: str | None = None, timeout: float = 600
 ) -> dict[str, Any]:
-    """Run `probe.py` with `python` (default: this interpreter) and return what it found."""
+    """Run `probe.py` with `python` (default: this interpreter) and return what it found, within `timeout`
+    seconds."""
     exe = python or sys.executable
     source = Path(probe.__file__).read_text(encoding="utf-8")
     args = [a for a in (project, module) if a is not None]
     try:
         proc = subprocess.run(
-            [exe, "-c", source, *args], capture_output=True, text=True, timeout=600, check=False
+            [exe, "-c", source, *args], capture_output=True, text=True, timeout=timeout, check=False
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise EnvironmentProblem(f"cannot run {exe}: {exc}") from None
+    except subprocess.TimeoutExpired:
+        raise EnvironmentProblem(f"inspecting {exe} took longer than {timeout:g} s") from None
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot run {exe}: {exc.strerror or exc}") from None
     for line in proc.stdout.splitlines():
         if line.startswith(PROBE_MARK):
             data: dict[str, Any] = json.loads(line[len(PROBE_MARK) :])
@@ -92,10 +95,11 @@ class Env:
     def describe(self) -> str:
         abi = "?" if self.cxx11_abi is None else ("TRUE" if self.cxx11_abi else "FALSE")
         gpu = ", ".join(self.gpus) or "no GPU"
-        return (
-            f"Python {self.python} ({self.machine}), torch {self.torch or 'not installed'} "
-            f"[{self.accel or 'CPU-only'}], cxx11abi {abi}, {gpu}"
-            + (f", driver CUDA {self.driver_cuda}" if self.driver_cuda else "")
+        torch = (
+            f"torch {self.torch} [{self.accel or 'CPU-only'}], cxx11abi {abi}" if self.torch else "no torch"
+        )
+        return f"Python {self.python} ({self.machine}), {torch}, {gpu}" + (
+            f", driver CUDA {self.driver_cuda}" if self.driver_cuda else ""
         )
 
 

@@ -105,6 +105,7 @@ def make_spec(
         disable=list(profile.disable),
         head_dims=profile.head_dims,
         dtypes=list(profile.dtypes) if profile.dtypes else None,
+        profile=cell.profile_tag or "full",
         rocm_backend=profile.rocm_backend,
         import_names=import_names(cell.kernel),
         stable_abi=cell.stable_abi,

@@ -6,20 +6,29 @@
 // attnforge's setup hook adds to the host compiler only:
 //   ATTNFORGE_HEAD_DIMS=64,128   head dims compiled (default: all six of flash-attn 2)
 //   ATTNFORGE_FP16=0|1, ATTNFORGE_BF16=0|1   dtypes compiled (default: both)
-// A head dim or dtype that was left out raises a RuntimeError naming what the wheel has, instead of
-// failing at import with an undefined symbol. Discarded `if constexpr` branches name no kernel symbol.
+// A head dim, dtype or backward call that was left out raises a RuntimeError saying what the wheel holds (its
+// attnforge profile, head dims, dtypes, backward) and what serves the call: the `attnforge which --head-dim D`
+// (--dtype T, --backward) that names the wheel of a profile with that kernel for the user's environment, from
+// the index's manifests; instead of failing at import with an undefined symbol. Discarded `if constexpr` branches name no kernel symbol. The profile's
+// tag comes from attnforge_profile.h, which the setup hook writes beside this header (ATTNFORGE_PROFILE_NAME);
+// without it the message says "attnforge build".
+//
+// The error is a std::runtime_error with exactly that message (pybind11 and torch's stable-ABI shim both raise
+// it as RuntimeError): TORCH_CHECK and STD_TORCH_CHECK would add the function, the source file and the line,
+// a path on the machine that built the wheel. Standard C++ only: no torch header.
 #pragma once
 
+#include <stdexcept>
 #include <string>
 
-// The stable-ABI binding (compiled with TORCH_TARGET_VERSION) may use torch's header-only API only:
-// STD_TORCH_CHECK throws std::runtime_error and names no c10 symbol; the per-torch binding keeps TORCH_CHECK.
-#ifdef TORCH_TARGET_VERSION
-#include <torch/headeronly/util/Exception.h>
-#define ATTNFORGE_CHECK STD_TORCH_CHECK
-#else
-#include <c10/util/Exception.h>
-#define ATTNFORGE_CHECK TORCH_CHECK
+#if defined(__has_include)
+#if __has_include("attnforge_profile.h")
+#include "attnforge_profile.h"
+#endif
+#endif
+
+#ifndef ATTNFORGE_PROFILE_NAME
+#define ATTNFORGE_PROFILE_NAME ""
 #endif
 
 namespace attnforge {
@@ -38,6 +47,11 @@ inline constexpr int kHeadDims[] = {32, 64, 96, 128, 192, 256};
 #endif
 inline constexpr bool kFp16 = ATTNFORGE_FP16;
 inline constexpr bool kBf16 = ATTNFORGE_BF16;
+#ifdef FLASHATTENTION_DISABLE_BACKWARD
+inline constexpr bool kBackward = false;
+#else
+inline constexpr bool kBackward = true;
+#endif
 
 constexpr bool head_dim_built(int d) {
   for (int x : kHeadDims) {
@@ -65,24 +79,51 @@ inline std::string built_dtypes() {
   return s + "]";
 }
 
-inline void unsupported_head_dim(int d) {
-  ATTNFORGE_CHECK(false, "this flash-attn wheel was built by attnforge with head dims ", built_head_dims(),
-              " only; got ", d);
+// "this flash-attn wheel (attnforge profile hd128: head dims [128], dtypes [fp16, bf16], forward and backward)"
+inline std::string this_wheel() {
+  const std::string profile = ATTNFORGE_PROFILE_NAME;
+  std::string s = "this flash-attn wheel (attnforge ";
+  s += profile.empty() ? std::string("build") : "profile " + profile;
+  s += ": head dims " + built_head_dims() + ", dtypes " + built_dtypes();
+  s += kBackward ? ", forward and backward)" : ", forward only)";
+  return s;
 }
 
-inline void unsupported_dtype(const char* name) {
-  ATTNFORGE_CHECK(false, "this flash-attn wheel was built by attnforge with dtypes ", built_dtypes(),
-              " only; got ", name);
+// ": a wheel of a profile with <what> serves it (the full profile has all); `attnforge which <option>` names
+// the one for your environment"
+inline std::string served_by(const std::string& what, const std::string& option) {
+  return ": a wheel of a profile with " + what + " serves it (the full profile has all); `attnforge which " +
+         option + "` names the one for your environment";
+}
+
+[[noreturn]] inline void unsupported_head_dim(int d, int kernel_dim) {
+  if (kernel_dim == 0) {
+    throw std::runtime_error("flash-attn 2 has no kernel for head dim " + std::to_string(d) + " (at most 256)");
+  }
+  const std::string kernel = "head dim " + std::to_string(kernel_dim);
+  const std::string bucket = d == kernel_dim ? "" : " (run by the " + kernel + " kernel)";
+  throw std::runtime_error(this_wheel() + " has no kernel for head dim " + std::to_string(d) + bucket +
+                           served_by(kernel, "--head-dim " + std::to_string(d)));
+}
+
+[[noreturn]] inline void unsupported_dtype(const char* name) {
+  throw std::runtime_error(this_wheel() + " has no " + name + " kernels" +
+                           served_by(std::string(name) + " kernels", std::string("--dtype ") + name));
+}
+
+[[noreturn]] inline void no_backward() {
+  throw std::runtime_error(this_wheel() + " has no backward kernels" +
+                           served_by("backward kernels", "--backward"));
 }
 
 }  // namespace attnforge
 
-#define ATTNFORGE_HDIM_CASE(D, ...)                 \
-  if constexpr (::attnforge::head_dim_built(D)) {   \
-    constexpr static int kHeadDim = D;              \
-    return __VA_ARGS__();                           \
-  } else {                                          \
-    ::attnforge::unsupported_head_dim(attnforge_d_); \
+#define ATTNFORGE_HDIM_CASE(D, ...)                     \
+  if constexpr (::attnforge::head_dim_built(D)) {       \
+    constexpr static int kHeadDim = D;                  \
+    return __VA_ARGS__();                               \
+  } else {                                              \
+    ::attnforge::unsupported_head_dim(attnforge_d_, D); \
   }
 
 #undef HEADDIM_SWITCH
@@ -95,7 +136,7 @@ inline void unsupported_dtype(const char* name) {
     else if (attnforge_d_ <= 128) { ATTNFORGE_HDIM_CASE(128, __VA_ARGS__) } \
     else if (attnforge_d_ <= 192) { ATTNFORGE_HDIM_CASE(192, __VA_ARGS__) } \
     else if (attnforge_d_ <= 256) { ATTNFORGE_HDIM_CASE(256, __VA_ARGS__) } \
-    else { ::attnforge::unsupported_head_dim(attnforge_d_); }               \
+    else { ::attnforge::unsupported_head_dim(attnforge_d_, 0); }            \
   }()
 
 #undef FP16_SWITCH
@@ -120,8 +161,7 @@ inline void unsupported_dtype(const char* name) {
 
 // run_mha_bwd's kernel call; without backward kernels it must not name them (they are not linked).
 #ifdef FLASHATTENTION_DISABLE_BACKWARD
-#define ATTNFORGE_BWD_CALL(...) \
-  ATTNFORGE_CHECK(false, "this flash-attn wheel was built by attnforge without backward kernels")
+#define ATTNFORGE_BWD_CALL(...) ::attnforge::no_backward()
 #else
 #define ATTNFORGE_BWD_CALL(...) __VA_ARGS__
 #endif

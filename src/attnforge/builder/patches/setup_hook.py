@@ -6,6 +6,8 @@ setup.py calls ``apply(ext_modules)`` just before ``setup()`` (the "setup-hooks"
 - ``ATTNFORGE_DTYPES=bf16``        keep only these dtypes' kernel units (fp16, bf16)
 - ``ATTNFORGE_DROP_BACKWARD=1``    drop the flash_bwd_* units (needs -DFLASHATTENTION_DISABLE_BACKWARD)
 - ``ATTNFORGE_DEFINES="-DX -DY"``  added to both the nvcc and the host-compiler flags
+- ``ATTNFORGE_PROFILE=hd128``  this build's profile tag: written as ``csrc/flash_attn/attnforge_profile.h``
+  beside ``attnforge_dispatch.h`` (where the dispatch-subset patch put it), whose errors name it
 - ``ATTNFORGE_PREBUILT_OBJECTS=DIR`` link DIR's objects (DIR/manifest.json maps source -> object file)
   instead of compiling those sources
 - ``ATTNFORGE_KERNEL_LANE=DIR``   kernel units the builder compiled while torch installed (DIR/lane.json):
@@ -258,8 +260,41 @@ def cross_ext_suffix(suffix: str) -> None:
     cpp_extension.BuildExtension.get_ext_filename = get_ext_filename  # type: ignore[method-assign]
 
 
+PROFILE_HEADER = "attnforge_profile.h"
+TAG_RE = re.compile(r"^[a-z][a-z0-9]*$")  # a profile tag (matrix schema): nothing else reaches the C++ text
+
+
+def profile_header(profile: str) -> str:
+    """attnforge_profile.h: this build's profile tag as attnforge_dispatch.h reads it (ATTNFORGE_PROFILE_NAME;
+    empty when it is not a plain name)."""
+    name = profile if TAG_RE.match(profile) else ""
+    return (
+        "// Written by attnforge's setup hook: the profile this wheel was built with (attnforge_dispatch.h).\n"
+        f'#pragma once\n#define ATTNFORGE_PROFILE_NAME "{name}"\n'
+    )
+
+
+def write_profile_header(root: str) -> str | None:
+    """Write ``<root>/csrc/flash_attn/attnforge_profile.h`` from ATTNFORGE_PROFILE when the dispatch header is
+    there (rewritten only when it changes: ninja would recompile the binding); its path, or None."""
+    folder = os.path.join(root, "csrc", "flash_attn")
+    if not os.path.isfile(os.path.join(folder, "attnforge_dispatch.h")):
+        return None
+    text = profile_header(os.environ.get("ATTNFORGE_PROFILE", ""))
+    path = os.path.join(folder, PROFILE_HEADER)
+    current = None
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as fh:
+            current = fh.read()
+    if current != text:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    return path
+
+
 def apply(ext_modules: list[Any]) -> None:
     """Prune sources, add macros and swap in prebuilt objects on flash-attn's CUDA extension."""
+    write_profile_header(os.path.dirname(os.path.abspath(__file__)))
     head_dims = {int(x) for x in _csv("ATTNFORGE_HEAD_DIMS")}
     dtypes = set(_csv("ATTNFORGE_DTYPES"))
     drop_backward = os.environ.get("ATTNFORGE_DROP_BACKWARD", "") == "1"

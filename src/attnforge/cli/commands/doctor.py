@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from attnforge.cli.options import records_url_option, trusted_key_option
+from attnforge.cli.options import records_url_option, trusted_key_option, user_python_option
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.core.kernels import KERNELS
 from attnforge.matrix.project import Project
@@ -17,7 +17,7 @@ _STYLE = {"ok": "green", "fail": "red", "warn": "yellow", "skip": "blue"}
 
 
 @click.command("doctor")
-@click.option("--python", "python", help="Inspect this interpreter's environment (default: attnforge's own).")
+@user_python_option
 @click.option("--json", "as_json", is_flag=True, help="Print the probe and the checks as JSON.")
 @click.option(
     "--kernel",
@@ -54,19 +54,22 @@ def command(
     records_url: str | None,
 ) -> None:
     """Load the kernel's extension (flash_attn_2_cuda, FA3's flash_attn_interface) and compare the wheel's
-    recorded build with this environment; with --verify, check the installed files against the signed
-    wheel the index offers (`attnforge docs records`).
+    recorded build with the user's environment (--python, else the active venv, conda environment or python3
+    on PATH: the first line names it); with --verify, check the installed files against the signed wheel the
+    index offers (`attnforge docs records`).
 
     Exit 5 when a check fails (torch or ABI mismatch, extension not loading, GPU arch not compiled, a record
     or an installed file that does not match); a yanked wheel is a warning.
     """
     from attnforge.client.doctor import Check, run_doctor
+    from attnforge.client.interpreter import choose_interpreter
 
     if verify and not index_url:
         raise ConfigurationError(
-            "--verify needs the index the wheel came from: --index-url or $ATTNFORGE_INDEX_URL"
+            "--verify needs the index the wheel came from: --index-url URL or $ATTNFORGE_INDEX_URL"
         )
-    data, checks = run_doctor(python, kernel, index_url)
+    interp = choose_interpreter(python)
+    data, checks = run_doctor(interp, kernel, index_url)
     if verify and index_url:
         from attnforge.client.record_check import verify_installed
         from attnforge.core.errors import RecordRefused
@@ -74,7 +77,11 @@ def command(
 
         try:
             lines = verify_installed(
-                python, index_url, kernel, trusted_keys(project_signing(project), trusted_key), records_url
+                interp.path,
+                index_url,
+                kernel,
+                trusted_keys(project_signing(project), trusted_key),
+                records_url,
             )
             checks += [Check(f"records: {x.name}", x.status, x.detail) for x in lines]
         except RecordRefused as exc:

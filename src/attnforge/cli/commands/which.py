@@ -9,9 +9,9 @@ from pathlib import Path
 
 import click
 
-from attnforge.cli.options import records_url_option, trusted_key_option
+from attnforge.cli.options import records_url_option, trusted_key_option, user_python_option
 from attnforge.client.index_fetch import CONNECT_TIMEOUT_S, TOTAL_BUDGET_S, IndexReader
-from attnforge.core.errors import ConfigurationError, NothingToDoError
+from attnforge.core.errors import AttnforgeError, ConfigurationError, NothingToDoError
 from attnforge.core.kernels import KERNELS
 from attnforge.matrix.project import Project
 
@@ -44,15 +44,29 @@ def _verify(
         raise RecordRefused(f"{filename}: " + "; ".join(f"{f.name}: {f.detail}" for f in failed))
 
 
+DEFAULT_INDEX = "http://127.0.0.1:8000"  # `attnforge serve`'s address
+
+
 @click.command("which")
 @click.option(
     "--index-url",
-    default=lambda: os.environ.get("ATTNFORGE_INDEX_URL", "http://127.0.0.1:8000"),
-    show_default="$ATTNFORGE_INDEX_URL or http://127.0.0.1:8000",
+    default=lambda: os.environ.get("ATTNFORGE_INDEX_URL"),
+    show_default=f"$ATTNFORGE_INDEX_URL or {DEFAULT_INDEX}",
     help="The index root (holding all/ and <variant>/), a folder, or a simple/ URL.",
 )
-@click.option("--python", "python", help="Inspect this interpreter's environment (default: attnforge's own).")
+@user_python_option
 @click.option("--profile", help="Accept a lean profile's wheel (its local-version tag, e.g. infer).")
+@click.option(
+    "--head-dim",
+    type=click.IntRange(min=1),
+    help="Find the wheel of any profile with the kernel for this head dim (what a narrower wheel's error asks).",
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(["fp16", "bf16", "fp8"]),
+    help="Likewise: any profile with this dtype's kernels.",
+)
+@click.option("--backward", is_flag=True, help="Likewise: any profile with backward kernels.")
 @click.option(
     "--torch",
     "torch",
@@ -93,9 +107,12 @@ def _verify(
 @click.pass_obj
 def command(
     project: Project,
-    index_url: str,
+    index_url: str | None,
     python: str | None,
     profile: str | None,
+    head_dim: int | None,
+    dtype: str | None,
+    backward: bool,
     torch: str | None,
     fmt: str,
     as_json: bool,
@@ -105,21 +122,38 @@ def command(
     records_url: str | None,
     timeout: float,
 ) -> None:
-    """Print how to install the wheel that fits this environment, or why none fits (exit 3).
+    """Print how to install the wheel that fits the user's environment, or why none fits (exit 3).
 
-    Compared: Python, platform, torch release, the torch build's CUDA/ROCm, C++ ABI, profile and, with a
-    GPU, its architecture and the driver. Yanked wheels are never proposed. The command (or the uv
-    entries) goes to stdout, the reasoning to stderr. An index that cannot be read says why, with the URL:
-    connection refused, timeout, HTTP status, corrupt page (exit 5).
+    The environment is the one of --python, else of the active venv, conda environment or python3 on PATH
+    (the report names it). Compared: Python, platform, torch release, the torch build's CUDA/ROCm, C++ ABI,
+    profile (or with --head-dim/--dtype/--backward: any profile with those kernels) and, with a GPU, its
+    architecture and the driver. Yanked wheels are never proposed. The command
+    (or the uv entries) goes to stdout, the reasoning to stderr. An index that cannot be read says why, with
+    the URL: connection refused, timeout, HTTP status, corrupt page (exit 5).
     """
+    from attnforge.client.interpreter import choose_interpreter, probe_environment
+    from attnforge.client.kernel_needs import Needs
     from attnforge.client.which import resolve, with_torch
-    from attnforge.engine.environment import Env, run_probe
+    from attnforge.engine.environment import Env
 
-    env = Env.from_probe(run_probe(python))
+    data, inspected = probe_environment(choose_interpreter(python))
+    env = Env.from_probe(data)
     if torch:
         env = with_torch(env, torch)
     reader = IndexReader(total_s=timeout)
-    res = resolve(env, index_url, profile, kernel, reader, records_url)
+    try:
+        needs = Needs(head_dim, dtype, backward)
+        res = resolve(env, index_url or DEFAULT_INDEX, profile, kernel, reader, records_url, inspected, needs)
+    except AttnforgeError as exc:
+        if index_url:
+            raise
+        hint = (
+            f"no index given: name yours with --index-url URL or set ATTNFORGE_INDEX_URL "
+            f"(tried the default, {DEFAULT_INDEX}, where `attnforge serve` listens)"
+        )
+        exc.hint = f"{exc.hint}; {hint}" if exc.hint else hint
+        raise
+    index_url = res.index_url
     if verify and res.choice is not None:
         _verify(project, index_url, kernel, res.choice.filename, trusted_key, reader, records_url)
     fmt = "json" if as_json else fmt
@@ -138,7 +172,9 @@ def command(
         elif res.command:
             click.echo(res.command)
     if res.choice is None:
+        where = inspected.path
         raise NothingToDoError(
-            "no wheel in the index fits this environment"
+            f"no wheel in the index fits the environment of {where}"
+            + (f"; next: {res.next_step}" if res.next_step else "")
             + (f"; build one with: attnforge build --cell {res.build_cell}" if res.build_cell else "")
         )
