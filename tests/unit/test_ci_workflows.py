@@ -54,7 +54,9 @@ def test_checked_in_workflows_match_the_generator(generated: dict[str, str]) -> 
 
 def test_generation_is_deterministic(project: Project, generated: dict[str, str]) -> None:
     roles = parse_target_options((), project.matrix.targets, project.matrix.ci.mode)
-    assert "refresh" not in roles  # attnforge's own repository (`ci: {mode: self}`) refreshes compat in its source
+    assert (
+        "refresh" not in roles
+    )  # attnforge's own repository (`ci: {mode: self}`) refreshes compat in its source
     again = render(project, dict(reversed(list(roles.items()))))
     assert again == generated
 

@@ -5,14 +5,16 @@ sessions run from the checkout."""
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from attnforge import __version__
 from attnforge.ci.steps import install_nox
 from attnforge.matrix.ci_section import AttnforgeSource
 
-OVERLAY = "compat.overlay.toml"  # the repository's compat overlay (`attnforge compat refresh --write` writes it)
+OVERLAY = (
+    "compat.overlay.toml"  # the repository's compat overlay (`attnforge compat refresh --write` writes it)
+)
 WHEEL_GLOB = "flash_attn-*.whl"  # what a parity job runs, as `nox -s gpu-parity -- --wheels DIR` does
 
 # After the install: the overlay, when the repository has one, is the compat data every later step uses.
@@ -26,7 +28,7 @@ class Invocation:
     """The install step and the command lines of every job, for one mode."""
 
     mode: str = "user"
-    source: AttnforgeSource = AttnforgeSource()
+    source: AttnforgeSource = field(default_factory=AttnforgeSource)
     check_args: tuple[str, ...] = ()  # the `ci generate` options besides the defaults (repeated by --check)
 
     @property

@@ -41,7 +41,7 @@ for i in sorted(old - new): print(f"  - {i}")
 """
 
 
-def refresh_job(spec: WorkflowSpec, settings: CiSettings) -> dict[str, Any]:
+def refresh_job(spec: WorkflowSpec, settings: CiSettings) -> dict[Any, Any]:
     inv = settings.invocation
     target = spec.target
     write = (
@@ -52,7 +52,7 @@ def refresh_job(spec: WorkflowSpec, settings: CiSettings) -> dict[str, Any]:
     )
     body = (
         "{\n"
-        "  echo '`attnforge compat refresh` found upstream releases the compat data does not have.'\n"
+        '  echo "attnforge compat refresh found upstream releases the compat data does not have."\n'
         "  echo\n"
         "  echo '```'\n"
         '  cat "$RUNNER_TEMP/refresh.txt"\n'

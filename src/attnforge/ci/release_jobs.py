@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from attnforge.ci.workflows import CiSettings, WorkflowSpec
 
 
-def gpu_setup(settings: CiSettings) -> list[dict[str, Any]]:
+def gpu_setup(settings: CiSettings) -> list[dict[Any, Any]]:
     """A GPU job's install: into the runner's own `python` (the one with its GPU torch), not a fresh one;
     attnforge's own self-hosted runners carry nox and attnforge already."""
     if settings.invocation.self_mode:

@@ -74,7 +74,7 @@ class CiSettings:
     publish_to: str = "internal"
     release_environment: str = "release"
     refresh_cron: str = REFRESH_CRON
-    invocation: Invocation = Invocation()
+    invocation: Invocation = field(default_factory=Invocation)
 
 
 def settings_for(project: Project, **options: Any) -> CiSettings:

@@ -373,7 +373,10 @@ class Matrix(Strict):
         default_factory=dict, description="FlexAttention cache variants (see docs/flex.md)"
     )
     fa4: FA4Section | None = Field(None, description="FlashAttention-4: stack per CUDA major, declarations")
-    ci: CiSection = Field(CiSection(), description="generated CI: how its jobs install attnforge (`attnforge ci generate --help`)")
+    ci: CiSection = Field(
+        CiSection(),
+        description="generated CI: how its jobs install attnforge (`attnforge ci generate --help`)",
+    )
 
     @field_validator("kernels")
     @classmethod
