@@ -55,7 +55,7 @@ def why_not_run(job_id: str, job: dict[str, Any]) -> str:
     if job_id == "github-release":
         return "needs GitHub (gh release create)"
     if job_id == "refresh":
-        return "needs the package index (compat refresh) and GitHub (a pull request)"
+        return "needs the package index and the compat command (`attnforge compat --help` fails here)"
     if job_id.startswith("build-"):
         return "another target's or cell's build (hours of compile on 2 cores)"
     return "not a CPU job of this test"
@@ -107,6 +107,19 @@ def test_generated_ci_runs_in_a_users_repository(
         failed += [s for s in steps if s.code not in (None, 0)]
         if failed:
             break
+    compat = subprocess.run(
+        ["attnforge", "compat", "--help"], env=runner.base_env, capture_output=True, check=False
+    )
+    if not failed and compat.returncode == 0:  # the compat command exists: refresh, all but the pull request
+        ran.append(("attnforge-refresh.yml", "refresh"))
+        steps = runner.run_job(
+            workflows["attnforge-refresh.yml"],
+            "refresh",
+            skip=lambda step: (
+                "pushes a branch and opens a pull request on GitHub" if "gh pr" in step["run"] else ""
+            ),
+        )
+        failed += [s for s in steps if s.code not in (None, 0)]
     not_run = [
         f"  {file} / {job_id}: not run: {why_not_run(job_id, job)}"
         for file, wf in workflows.items()
@@ -118,7 +131,7 @@ def test_generated_ci_runs_in_a_users_repository(
     assert not failed, f"{failed[0].job} / {failed[0].name} failed:\n{failed[0].output[-4000:]}\n{report}"
 
     by_name = {(r.job, r.name): r for r in runner.results}
-    assert "workflows in" in by_name[("checks", "workflows match matrix.yaml")].output
+    assert "4 workflow(s) in" in by_name[("checks", "workflows match matrix.yaml")].output
     assert "match matrix.yaml" in by_name[("checks", "workflows match matrix.yaml")].output
     assert "default: 1 valid" in by_name[("checks", "matrix.yaml is valid")].output
     installs = [r for r in runner.results if r.name.startswith("install attnforge file:")]
@@ -130,6 +143,8 @@ def test_generated_ci_runs_in_a_users_repository(
     assert built.name == reference.name
     manifest = json.loads(built.with_name(built.name + ".manifest.json").read_text())
     assert manifest["cell_id"] == DEFAULT_CELL
+    # every unit (4 kernel units and the binding) and the torch venv came from CI's default build
+    assert manifest["build"]["units_compiled"] == 0 and manifest["build"]["venv_reused"] is True
     build_step = next(r for r in runner.results if r.job == build_id and r.name.startswith("build "))
     assert build_step.seconds < 240, report
 
