@@ -3,6 +3,7 @@ never a noxfile or `pip install -e .`; the `ci` section's sources; the weekly co
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -285,3 +286,52 @@ def test_a_bad_ci_section_is_a_configuration_error(
     code, _, err = run_cli("--matrix", str(matrix), "ci", "generate", "-o", str(tmp_path / "wf"))
     assert code == 2 and message in err and "Traceback" not in err, err
     assert not (tmp_path / "wf").exists()
+
+
+def test_refresh_pull_request_step_writes_the_plan_diff(user_files: dict[str, str], tmp_path: Path) -> None:
+    """The pull-request step under bash with `git` and `gh` stubs: the body holds the refresh report and the
+    cells the new plan adds and drops; the branch is pushed, then a pull request created (none open yet)."""
+    steps = load(user_files["attnforge-refresh.yml"])["jobs"]["refresh"]["steps"]
+    (step,) = (s for s in steps if "gh pr create" in s.get("run", ""))
+    temp = tmp_path / "runner-temp"
+    temp.mkdir()
+    (temp / "refresh.txt").write_text("torch 2.15.0: new row\n")
+
+    def plan(*ids: str) -> str:
+        cells = [{"id": i, "valid": True, "served_by": None} for i in ids]
+        cells.append({"id": "never-valid", "valid": False, "served_by": None})
+        return json.dumps({"summary": {"valid": len(ids)}, "cells": cells})
+
+    (temp / "plan-before.json").write_text(plan("a", "b"))
+    (temp / "plan.json").write_text(plan("b", "c"))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    for tool, code in (("git", 0), ("gh", 0)):
+        stub = bin_dir / tool
+        # `gh pr view` finds no open pull request (exit 1), everything else succeeds
+        stub.write_text(
+            f'#!/bin/sh\necho "{tool} $*" >> "{log}"\n'
+            + ('[ "$1 $2" = "pr view" ] && exit 1\n' if tool == "gh" else "")
+            + f"exit {code}\n"
+        )
+        stub.chmod(0o755)
+    proc = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "RUNNER_TEMP": str(temp)},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    body = (temp / "body.md").read_text()
+    assert "torch 2.15.0: new row" in body and "  + c" in body and "  - a" in body
+    assert "+ b" not in body and "never-valid" not in body and "{'valid': 2}" in body
+    calls = log.read_text().splitlines()
+    assert calls[-2:] == [
+        "gh pr view attnforge/compat-refresh --json state --jq .state",
+        f"gh pr create --base main --head attnforge/compat-refresh --title compat: upstream releases "
+        f"--body-file {temp}/body.md",
+    ]
+    assert "git push --force origin attnforge/compat-refresh" in calls
