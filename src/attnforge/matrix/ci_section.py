@@ -41,13 +41,11 @@ class AttnforgeSource(BaseModel):
     def _one_source(self) -> AttnforgeSource:
         if self.wheel is not None:
             if self.version is not None or self.index_url is not None:
-                raise ValueError(
-                    "ci.attnforge: `wheel` names one file; give it without `version`/`index_url`"
-                )
+                raise ValueError("`wheel` names one file; give it without `version`/`index_url`")
             if not self.wheel.endswith(".whl") or "://" not in self.wheel:
-                raise ValueError(f"ci.attnforge.wheel: {self.wheel!r} is not a URL of a .whl file")
+                raise ValueError(f"wheel {self.wheel!r} is not a URL of a .whl file")
         if self.index_url is not None and not self.index_url.startswith(("https://", "http://", "file://")):
-            raise ValueError(f"ci.attnforge.index_url: {self.index_url!r} is not an http(s) or file URL")
+            raise ValueError(f"index_url {self.index_url!r} is not an http(s) or file URL")
         return self
 
 
