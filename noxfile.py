@@ -39,6 +39,7 @@ CI_SLOW_ALLOWLIST: list[str] = [
     "test_rocm_triton_build",  # `attnforge build --cell <ROCm Triton cell>`, install, import (~2 min)
     "test_index_page_browser",  # the index page in headless Chromium over `attnforge serve` (~50 s, two indexes)
     "test_pip_secrets",  # a private index's password reaches pip in the builder and no log, spec or ps (~45 s)
+    "test_user_repo_ci",  # a user's repo runs its generated CI's CPU jobs; the build reuses test_build_default's cache (~1.5 min)
 ]
 
 

@@ -78,3 +78,34 @@ def installed_attnforge(tmp_path_factory: pytest.TempPathFactory) -> InstalledAt
     _run([sys.executable, "-m", "venv", str(venv)])
     _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"{wheel}[publish]"], timeout=1800)
     return InstalledAttnforge(venv=venv, wheel=wheel)
+
+
+@dataclass(frozen=True)
+class DefaultBuild:
+    """CI's one real build: `attnforge build --target default` into a private output and cache folder."""
+
+    matrix: Path
+    wheels: Path
+    cache: Path
+    output: str  # what the build printed
+
+
+@pytest.fixture(scope="session")
+def default_build(
+    tmp_path_factory: pytest.TempPathFactory, installed_attnforge: InstalledAttnforge
+) -> DefaultBuild:
+    """Built once per session with the installed attnforge (test_build_default.py; its cache is reused by
+    test_user_repo_ci.py, so a workflow's build step costs seconds)."""
+    import yaml
+
+    tmp = tmp_path_factory.mktemp("build-default")
+    data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
+    data["build"]["output_dir"] = str(tmp / "wheels")
+    data["build"]["cache_dir"] = str(tmp / "cache")
+    matrix = tmp / "matrix.yaml"
+    matrix.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = installed_attnforge.run(
+        "--matrix", str(matrix), "build", "--target", "default", cwd=tmp, timeout=2400, CI="1"
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return DefaultBuild(matrix, tmp / "wheels", tmp / "cache", proc.stdout + proc.stderr)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import InstalledAttnforge
+from .conftest import DefaultBuild, InstalledAttnforge
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -26,24 +26,9 @@ def attnforge(
 
 
 @pytest.fixture(scope="module")
-def built(
-    tmp_path_factory: pytest.TempPathFactory, root: Path, installed_attnforge: InstalledAttnforge
-) -> tuple[Path, Path, str]:
-    """Build the default target once into a private output and cache folder, with the installed attnforge."""
-    tmp = tmp_path_factory.mktemp("build-default")
-    data = yaml.safe_load((root / "matrix.yaml").read_text())
-    data["build"]["output_dir"] = str(tmp / "wheels")
-    data["build"]["cache_dir"] = str(tmp / "cache")
-    matrix = tmp / "matrix.yaml"
-    matrix.write_text(yaml.safe_dump(data, sort_keys=False))
-    proc = attnforge(installed_attnforge, matrix, "build", "--target", "default")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return matrix, tmp / "wheels", proc.stdout + proc.stderr
-
-
-@pytest.fixture(scope="module")
-def root() -> Path:
-    return Path(__file__).resolve().parents[2]
+def built(default_build: DefaultBuild) -> tuple[Path, Path, str]:
+    """The default target built once per session into a private output and cache folder (conftest)."""
+    return default_build.matrix, default_build.wheels, default_build.output
 
 
 def test_default_wheel_and_manifest(built: tuple[Path, Path, str]) -> None:

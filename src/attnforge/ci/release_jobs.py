@@ -5,13 +5,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from attnforge.ci.steps import ACTIONS, checkout, install_nox, setup_python
+from attnforge.ci.steps import ACTIONS, checkout, setup_python
 from attnforge.ci.yamltext import Comment
 from attnforge.core.arches import arch_label
 from attnforge.matrix.project import Project
 
 if TYPE_CHECKING:
     from attnforge.ci.workflows import CiSettings, WorkflowSpec
+
+
+def gpu_setup(settings: CiSettings) -> list[dict[Any, Any]]:
+    """A GPU job's install: into the runner's own `python` (the one with its GPU torch), not a fresh one;
+    attnforge's own self-hosted runners carry nox and attnforge already."""
+    if settings.invocation.self_mode:
+        return []
+    return [
+        {
+            Comment("into the runner's own `python`: the interpreter with its GPU torch"): None,
+            **settings.invocation.setup()[0],
+        }
+    ]
 
 
 def download_all(out: str) -> list[dict[str, Any]]:
@@ -50,12 +63,12 @@ def publish_job(spec: WorkflowSpec, project: Project, settings: CiSettings) -> d
         "steps": [
             checkout(),
             setup_python(settings.python),
-            install_nox(),
+            *settings.invocation.setup("publish"),
             *download_all(out),
             {
                 Comment("credentials reach the command only as environment variables"): None,
                 "name": f"publish (destination '{settings.publish_to}' of matrix.yaml)",
-                "run": f"nox -s publish -- --to {settings.publish_to}",
+                "run": settings.invocation.publish(settings.publish_to),
                 "env": env,
             },
         ],
@@ -101,7 +114,7 @@ def images_job(spec: WorkflowSpec, settings: CiSettings) -> dict[Any, Any]:
         "steps": [
             checkout(),
             setup_python(settings.python),
-            install_nox(),
+            *settings.invocation.setup(),
             {
                 "name": "log in to the registry",
                 "env": {
@@ -113,7 +126,8 @@ def images_job(spec: WorkflowSpec, settings: CiSettings) -> dict[Any, Any]:
             },
             {
                 "name": "build, test and push the images",
-                "run": f"nox -s images -- --target {spec.target} --push",
+                "env": {"REGISTRY": "${{ vars.ATTNFORGE_REGISTRY }}"},
+                "run": settings.invocation.images(spec.target),
             },
         ],
     }
@@ -130,11 +144,11 @@ def runner_check_jobs(spec: WorkflowSpec, settings: CiSettings) -> dict[str, Any
             "timeout-minutes": 30,
             "steps": [
                 checkout(),
+                *gpu_setup(settings),
                 {
                     "name": "attnforge runner check",
-                    "run": (
-                        f"nox -s runner-check -- --target {spec.target} "
-                        f"--json reports/gpu/runner_check-{label}.json"
+                    "run": settings.invocation.runner_check(
+                        spec.target, f"reports/gpu/runner_check-{label}.json"
                     ),
                 },
                 {
@@ -151,20 +165,35 @@ def runner_check_jobs(spec: WorkflowSpec, settings: CiSettings) -> dict[str, Any
     return jobs
 
 
-def checks_job(settings: CiSettings) -> dict[str, Any]:
+def checks_job(spec: WorkflowSpec, settings: CiSettings) -> dict[str, Any]:
+    inv = settings.invocation
+    if inv.self_mode:  # attnforge's own repository: its lint and test sessions, then the checkout's attnforge
+        return {
+            "name": "lint, tests, workflows in sync",
+            "runs-on": "ubuntu-latest",
+            "timeout-minutes": 90,
+            "steps": [
+                checkout(),
+                setup_python(settings.python),
+                *inv.setup(),
+                {"name": "lint", "run": "nox -s lint"},
+                {"name": "tests", "run": "nox -s tests"},
+                {
+                    "name": "workflows match matrix.yaml",
+                    "run": f"python -m pip install -e . && {inv.generate(check=True)}",
+                },
+            ],
+        }
     return {
-        "name": "lint, tests, workflows in sync",
+        "name": "matrix valid, plan, workflows in sync",
         "runs-on": "ubuntu-latest",
-        "timeout-minutes": 90,
+        "timeout-minutes": 30,
         "steps": [
             checkout(),
             setup_python(settings.python),
-            install_nox(),
-            {"name": "lint", "run": "nox -s lint"},
-            {"name": "tests", "run": "nox -s tests"},
-            {
-                "name": "workflows match matrix.yaml",
-                "run": "python -m pip install -e . && attnforge ci generate --check",
-            },
+            *inv.setup(),
+            {"name": "matrix.yaml is valid", "run": "attnforge validate"},
+            {"name": f"plan of target '{spec.target}'", "run": f"attnforge plan --target {spec.target}"},
+            {"name": "workflows match matrix.yaml", "run": inv.generate(check=True)},
         ],
     }

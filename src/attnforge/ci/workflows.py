@@ -1,10 +1,14 @@
 """GitHub Actions workflows from matrix.yaml: one build job per kernel-set, GPU parity, publish, images.
 
-Three roles, one file each, every one built from a matrix target:
+Four roles, one file each, every one built from a matrix target:
 - ``pr``: pull requests and pushes to the default branch (lint, tests, the workflows' sync check, builds,
   parity on self-hosted GPU runners but never for pull requests from forks);
 - ``release``: tags ``v*``: builds, parity, then publish to the private index, a GitHub release and images;
-- ``nightly``: a scheduled re-validation: builds, parity, and ``runner check`` on every GPU runner class.
+- ``nightly``: a scheduled re-validation: builds, parity, and ``runner check`` on every GPU runner class;
+- ``refresh``: a weekly ``compat refresh``: a pull request with the compat overlay when upstream moved.
+
+In a user's repository the steps install a pinned attnforge and call it; attnforge's own repository
+(``ci.mode: self``) runs its nox sessions (ci/invocation.py).
 
 The output is a pure function of the plan and the settings (sorted jobs, stable text), so a test can
 regenerate it and compare with the checked-in files.
@@ -13,15 +17,23 @@ regenerate it and compare with the checked-in files.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from attnforge.ci.release_jobs import checks_job, images_job, publish_job, release_job, runner_check_jobs
+from attnforge.ci.invocation import Invocation
+from attnforge.ci.refresh_job import REFRESH_CRON, refresh_job
+from attnforge.ci.release_jobs import (
+    checks_job,
+    gpu_setup,
+    images_job,
+    publish_job,
+    release_job,
+    runner_check_jobs,
+)
 from attnforge.ci.steps import (
     ACTIONS,
     FORK_GUARD,
     checkout,
-    install_nox,
     runs_on,
     setup_python,
     signing_key,
@@ -33,8 +45,9 @@ from attnforge.matrix.cell import Cell
 from attnforge.matrix.plan import Plan
 from attnforge.matrix.project import Project
 
-ROLES = ("pr", "release", "nightly")
-DEFAULT_TARGETS = {"pr": "default", "release": "release", "nightly": "nightly"}
+ROLES = ("pr", "release", "nightly", "refresh")
+DEFAULT_TARGETS = {"pr": "default", "release": "release", "nightly": "nightly", "refresh": "release"}
+SELF_DEFAULT_ROLES = ("pr", "release", "nightly")  # attnforge's own repository: its packaged compat data
 
 MEMORY_NOTE = (
     "MAX_JOBS / NVCC_THREADS are not set: `attnforge build` picks them from the cores and the memory\n"
@@ -60,6 +73,15 @@ class CiSettings:
     default_branch: str = "main"
     publish_to: str = "internal"
     release_environment: str = "release"
+    refresh_cron: str = REFRESH_CRON
+    invocation: Invocation = field(default_factory=Invocation)
+
+
+def settings_for(project: Project, **options: Any) -> CiSettings:
+    """The settings of matrix.yaml's `ci` section (mode, attnforge source, publish destination) and `options`."""
+    ci = project.matrix.ci
+    base = CiSettings(publish_to=ci.publish_to, invocation=Invocation(ci.mode, ci.attnforge))
+    return replace(base, **options)
 
 
 @dataclass(frozen=True)
@@ -130,10 +152,14 @@ class WorkflowSpec:
             self.file = f"attnforge-{self.role}.yml"
 
 
-def parse_target_options(values: tuple[str, ...], available: Mapping[str, Any]) -> dict[str, str]:
-    """`--target [ROLE=]TARGET` values -> {role: target}; none given -> every default whose target exists."""
+def parse_target_options(
+    values: tuple[str, ...], available: Mapping[str, Any], mode: str = "user"
+) -> dict[str, str]:
+    """`--target [ROLE=]TARGET` values -> {role: target}; none given -> every default whose target exists (in
+    `self` mode no `refresh`: attnforge's own compat data is refreshed in its source tree)."""
     if not values:
-        return {r: t for r, t in DEFAULT_TARGETS.items() if t in available}
+        roles = SELF_DEFAULT_ROLES if mode == "self" else ROLES
+        return {r: t for r, t in DEFAULT_TARGETS.items() if t in available and r in roles}
     chosen: dict[str, str] = {}
     for raw in values:
         role, sep, target = raw.partition("=")
@@ -176,6 +202,8 @@ def parity_jobs(
 
 
 def make_spec(project: Project, role: str, target: str, settings: CiSettings) -> WorkflowSpec:
+    if role == "refresh":
+        return WorkflowSpec(role, target)
     plan = project.plan(target)
     builds = kernel_set_jobs(plan)
     if not builds:
@@ -227,7 +255,7 @@ def build_job(
     steps: list[Any] = [
         checkout(),
         setup_python(settings.python, tuple(c.python for c in job.cells)),
-        install_nox(),
+        *settings.invocation.setup("build"),
         signing_key(),
         {
             "name": "restore this kernel-set's objects",
@@ -238,7 +266,7 @@ def build_job(
             Comment(MEMORY_NOTE + (f"\n{base[1]}" if base else "")): None,
             "name": f"build {len(job.cells)} cell(s)",
             "timeout-minutes": max(10, settings.build_timeout_minutes - 25),
-            "run": f"nox -s build-wheels -- --target {spec.target} --quiet{cells}\n",
+            "run": settings.invocation.build(spec.target, cells),
         },
         {
             Comment(
@@ -291,8 +319,9 @@ def parity_job(job: ParityJob, project: Project, settings: CiSettings) -> dict[A
                 "uses": ACTIONS["download"],
                 "with": {"name": f"wheels-{job.build.key}", "path": out},
             },
+            *gpu_setup(settings),
             signing_key(),
-            {"name": "GPU parity", "run": f"nox -s gpu-parity -- --wheels {out}"},
+            {"name": "GPU parity", "run": settings.invocation.parity(out)},
             {
                 "name": "upload the parity reports, the signed parity records and the updated manifests",
                 "if": "always()",
@@ -319,7 +348,8 @@ def _triggers(role: str, settings: CiSettings) -> dict[str, Any]:
         }
     if role == "release":
         return {"push": {"tags": ["v*"]}, "workflow_dispatch": {}}
-    return {"schedule": [{"cron": settings.nightly_cron}], "workflow_dispatch": {}}
+    cron = settings.refresh_cron if role == "refresh" else settings.nightly_cron
+    return {"schedule": [{"cron": cron}], "workflow_dispatch": {}}
 
 
 def _concurrency(role: str) -> dict[str, Any]:
@@ -335,6 +365,7 @@ TITLES = {
     "pr": "attnforge: pull requests",
     "release": "attnforge: release",
     "nightly": "attnforge: nightly re-validation",
+    "refresh": "attnforge: compat refresh",
 }
 
 
@@ -342,7 +373,9 @@ def workflow(spec: WorkflowSpec, project: Project, settings: CiSettings) -> dict
     """The workflow of one role as an ordered mapping (written by yamltext.dump)."""
     jobs: dict[Any, Any] = {}
     if spec.role == "pr":
-        jobs["checks"] = checks_job(settings)
+        jobs["checks"] = checks_job(spec, settings)
+    if spec.role == "refresh":
+        jobs["refresh"] = refresh_job(spec, settings)
     for b in spec.builds:
         jobs[b.job_id] = build_job(b, spec, project, settings)
     if spec.untested:
@@ -365,7 +398,11 @@ def workflow(spec: WorkflowSpec, project: Project, settings: CiSettings) -> dict
     return {
         "name": TITLES[spec.role],
         Literal("on"): _triggers(spec.role, settings),
-        Comment("least privilege: read-only by default; only the release job may write"): None,
+        Comment(
+            "least privilege: read-only by default; only the "
+            + ("refresh" if spec.role == "refresh" else "release")
+            + " job may write"
+        ): None,
         "permissions": {"contents": "read"},
         "concurrency": _concurrency(spec.role),
         "env": {"ATTNFORGE_MATRIX": "matrix.yaml", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "FORCE_COLOR": "1"},
@@ -376,6 +413,13 @@ def workflow(spec: WorkflowSpec, project: Project, settings: CiSettings) -> dict
 
 def header(spec: WorkflowSpec) -> str:
     cells = sum(len(b.cells) for b in spec.builds)
+    if spec.role == "refresh":
+        return (
+            f"Generated by `attnforge ci generate` from matrix.yaml (target '{spec.target}', role 'refresh').\n"
+            "Do not edit: change matrix.yaml (or the generator) and run `attnforge ci generate`.\n"
+            "Weekly: `attnforge compat refresh --check`; when upstream moved, a pull request with the compat\n"
+            "overlay, the workflows regenerated over it and the cells it adds to the plan."
+        )
     return (
         f"Generated by `attnforge ci generate` from matrix.yaml (target '{spec.target}', role '{spec.role}').\n"
         "Do not edit: change matrix.yaml (or the generator) and run `attnforge ci generate`;\n"
@@ -387,7 +431,7 @@ def header(spec: WorkflowSpec) -> str:
 
 def render(project: Project, roles: Mapping[str, str], settings: CiSettings | None = None) -> dict[str, str]:
     """{file name: YAML text} for the given {role: target}."""
-    settings = settings or CiSettings()
+    settings = settings or settings_for(project)
     files: dict[str, str] = {}
     for role, target in roles.items():
         spec = make_spec(project, role, target, settings)

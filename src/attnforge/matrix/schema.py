@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from attnforge.core.kernels import KERNELS
 from attnforge.core.kernels import head_dims as kernel_head_dims
+from attnforge.matrix.ci_section import CiSection
 from attnforge.matrix.destinations import Destination
 from attnforge.matrix.fa4_section import FA4Section
 
@@ -372,6 +373,10 @@ class Matrix(Strict):
         default_factory=dict, description="FlexAttention cache variants (see `attnforge docs flex`)"
     )
     fa4: FA4Section | None = Field(None, description="FlashAttention-4: stack per CUDA major, declarations")
+    ci: CiSection = Field(
+        CiSection(),
+        description="generated CI: how its jobs install attnforge (`attnforge ci generate --help`)",
+    )
 
     @field_validator("kernels")
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -14,6 +15,7 @@ from attnforge.ci.workflows import (
     actionlint_config,
     parse_target_options,
     render,
+    settings_for,
 )
 from attnforge.cli.commands.build import cells_to_build
 from attnforge.core.errors import ConfigurationError
@@ -68,7 +70,7 @@ def cibuildwheel(project: Project, cell_id: str, target: str | None, output: Pat
     multiple=True,
     metavar="[ROLE=]TARGET",
     help=(
-        "A workflow to generate: ROLE is pr, release or nightly (default: "
+        "A workflow to generate: ROLE is pr, release, nightly or refresh (default: "
         + ", ".join(f"{r}={t}" for r, t in DEFAULT_TARGETS.items())
         + ", those that exist). A bare TARGET named like a role takes that role, else 'pr'."
     ),
@@ -120,26 +122,45 @@ def generate(
     actionlint_path: Path | None,
     matrix_path: Path | None,
 ) -> None:
-    """Write one workflow per role: one build job per kernel-set, GPU parity, publish, images, nightly.
+    """Write one workflow per role: one build job per kernel-set, GPU parity, publish, images, nightly, and a
+    weekly compat refresh that opens a pull request.
 
     \b
+    The jobs install attnforge as matrix.yaml's `ci:` section says (default: this attnforge's version from
+    PyPI; `ci: {attnforge: {wheel: URL}}` or `{index_url: URL}`) and call it; `ci: {mode: self}` is for
+    attnforge's own repository (nox sessions).
     Examples:
-      attnforge ci generate                      pr=default, release=release, nightly=nightly
+      attnforge ci generate                      pr=default, release=release, nightly=nightly, refresh
       attnforge ci generate --check              exit 2 and print a diff when stale
       attnforge ci generate -t pr=default -o /tmp/wf
     """
     if matrix_path is not None:
         project = Project(matrix_path, project.compat_path)
-    roles = parse_target_options(targets, project.matrix.targets)
+    ci = project.matrix.ci
+    roles = parse_target_options(targets, project.matrix.targets, ci.mode)
     if not roles:
         raise ConfigurationError(
             "no workflow to generate: the matrix has none of the targets "
-            + ", ".join(DEFAULT_TARGETS.values())
+            + ", ".join(dict.fromkeys(DEFAULT_TARGETS.values()))
             + " (name them with --target ROLE=TARGET)"
         )
-    settings = CiSettings(
-        gpu_arches=gpu_arches or CiSettings().gpu_arches,
-        build_runs_on=tuple(x.strip() for x in build_runs_on.split(",") if x.strip()),
+    if "release" in roles and ci.publish_to not in project.matrix.destinations:
+        raise ConfigurationError(
+            f"matrix.yaml ci.publish_to: no destination '{ci.publish_to}' in `destinations:` "
+            f"({', '.join(project.matrix.destinations) or 'none'}): the release workflow publishes there"
+        )
+    runs_on = tuple(x.strip() for x in build_runs_on.split(",") if x.strip())
+    options = CiSettings(gpu_arches=gpu_arches or CiSettings().gpu_arches, build_runs_on=runs_on)
+    base = settings_for(project)
+    check_args = [*(f"--target {r}={t}" for r, t in roles.items() if targets)]
+    check_args += [f"--gpu-arch {a}" for a in gpu_arches]
+    if build_runs_on != "ubuntu-latest":
+        check_args.append(f"--build-runs-on {','.join(runs_on)}")
+    settings = settings_for(
+        project,
+        gpu_arches=options.gpu_arches,
+        build_runs_on=options.build_runs_on,
+        invocation=replace(base.invocation, check_args=tuple(check_args)),
     )
     files = render(project, roles, settings)
     folder = output or project.root / ".github" / "workflows"
