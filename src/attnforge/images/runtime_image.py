@@ -28,11 +28,13 @@ from attnforge.core.pins import local_base
 from attnforge.engine.backends.pip_config import PipOptions
 from attnforge.engine.backends.pipplan import pip_secrets, plan_pip
 from attnforge.engine.base_images import BaseCheck, check_base, load_bases
+from attnforge.engine.settings import Requested
 from attnforge.images.image_smoke import engine_has_gpu, run_smoke
 from attnforge.images.ngc_image import compile_on_base
 from attnforge.images.record import BuiltImage, ImageSet, write_record
 from attnforge.images.requests import ImageRequest
 from attnforge.images.tags import aliases, resolve_tags
+from attnforge.matrix.schema import ResourcesSpec
 
 Log = Callable[[str], None]
 HERE = Path(__file__).resolve().parent
@@ -63,7 +65,8 @@ class BuildOptions:
     pip_options: PipOptions | None = None
     flex_cache: Path | None = None
     source: Path | None = None  # NGC images: the kernel source (folder or sdist) compiled on the base
-    max_jobs: int = 2
+    requested: Requested | None = None  # NGC compiles: --max-jobs/--nvcc-threads or the environment
+    resources: ResourcesSpec | None = None  # NGC compiles: the matrix's build.resources
     smoke: bool = True
     strict_bases: bool = False
     allow_unpinned: bool = False
@@ -168,7 +171,8 @@ def build_one(
                         base_ref=base.ref,
                         dockerfile=docker_dir() / "ngc.Dockerfile",
                         source=opts.source,
-                        max_jobs=opts.max_jobs,
+                        requested=opts.requested,
+                        resources=opts.resources,
                         out_dir=opts.out_dir / NGC_WHEELS,
                         on_line=on_line,
                         log=log,

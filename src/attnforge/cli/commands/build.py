@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from attnforge.cache.build_lock import build_lock
+from attnforge.cli.options import requested_settings
 from attnforge.cli.progress_view import ConsoleProgressView
 from attnforge.core.errors import BuildError, ConfigurationError
 from attnforge.engine.backends.choice import choose_backend
@@ -216,14 +217,13 @@ def command(
             engine_backend,
             view,
             force=force,
-            max_jobs=max_jobs,
-            nvcc_threads=nvcc_threads,
+            requested=requested_settings(click.get_current_context(), max_jobs, nvcc_threads),
             memory_limit_gb=memory_limit,
         )
         if dry_run:
             for cell in chosen:
                 via = engine.backend_for(cell).name
-                view.log(f"{cell.id} -> {cell.wheel_name} ({via}): {engine.parallelism(cell, 1).reason}")
+                view.log(f"{cell.id} -> {cell.wheel_name} ({via}): {engine.settings(cell, 1).line()}")
             return
         if builder_image_only:
             if not isinstance(engine_backend, DockerBackend):
