@@ -44,7 +44,6 @@ class ImageBuildOptions:
     standin_torch: str
     ngc_policy: str
     max_jobs: int | None
-    nvcc_threads: int | None
     no_smoke: bool
     strict_bases: bool
     allow_unpinned_base: bool
@@ -162,12 +161,6 @@ def command() -> None:
     envvar="MAX_JOBS",
     help="MAX_JOBS of the NGC compile (env MAX_JOBS) [default: build.resources, else from cores and memory].",
 )
-@click.option(
-    "--nvcc-threads",
-    type=click.IntRange(1),
-    envvar="NVCC_THREADS",
-    help="nvcc --threads of the NGC compile (env NVCC_THREADS) [default: build.resources, else 1].",
-)
 @click.option("--no-smoke", is_flag=True, help="Skip the smoke test (the push then refuses the set).")
 @click.option(
     "--strict-bases",
@@ -232,7 +225,7 @@ def build_cmd(project: Project, /, **options: Any) -> None:
     pip_plan = plan_pip(torch_index=o.torch_index, options=pip_options, extra_index_urls=list(o.extra_index))
     netrc_file = pip_netrc_of(pip_options, o.netrc)  # kept for the command: its private copy goes with it
     netrc = netrc_file.path()  # the BuildKit secret pip_netrc
-    requested = requested_settings(click.get_current_context(), o.max_jobs, o.nvcc_threads)
+    requested = requested_settings(click.get_current_context(), o.max_jobs, None)
     matrix = optional_matrix(project, lambda _note: None)  # gather_requests said what is missing
     resources = matrix.build.resources if matrix else None
     if o.dry_run:
