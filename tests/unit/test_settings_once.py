@@ -19,6 +19,7 @@ from attnforge.builder.settings import BuildSettings
 from attnforge.builder.spec import BuildSpec
 from attnforge.engine import settings as settings_mod
 from attnforge.engine.backends.pipplan import plan_pip
+from attnforge.engine.settings import parallel_cells_of
 from attnforge.images.build_inputs import dry_run_lines
 from attnforge.images.ngc import NGC_IMAGE_TEMPLATE
 from attnforge.images.ngc_image import ngc_request, ngc_settings
@@ -26,6 +27,7 @@ from attnforge.images.requests import ImageRequest
 from attnforge.matrix.cell import Cell, Toolkit
 from attnforge.matrix.compat import NgcRelease
 from attnforge.matrix.project import Project
+from attnforge.matrix.schema import ResourcesSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 NGC_ROW = NgcRelease(release="25.06", torch="2.8.0a0+5228986c39", cuda="12.9", python="3.12", source="t")
@@ -163,3 +165,9 @@ def test_the_spec_carries_the_settings_and_the_builder_does_not_resolve_again(
     assert spied["choose"] == []  # carried settings: nothing measured again inside the container
     oom = settings.adjusted("a compiler was killed for memory (OOM)", max_jobs=1)
     assert oom.max_jobs == 1 and "at run time: a compiler was killed" in oom.source("max_jobs")
+
+
+def test_parallel_cells_from_the_command_line_then_the_matrix_then_planned() -> None:
+    assert parallel_cells_of(3, ResourcesSpec(parallel_cells=2)) == 3
+    assert parallel_cells_of(None, ResourcesSpec(parallel_cells=2)) == 2
+    assert parallel_cells_of(None, ResourcesSpec()) is None  # the engine plans it from unit estimates

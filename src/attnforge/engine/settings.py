@@ -17,7 +17,7 @@ from attnforge.engine.schedule import choose_threads
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.schema import ResourcesSpec
 
-__all__ = ["Given", "Requested", "resolve_settings"]
+__all__ = ["Given", "Requested", "parallel_cells_of", "resolve_settings"]
 
 TRITON = "triton backend: no device code is compiled at build time"
 BINDING_ONLY = "binding only (kernel objects of its kernel set reused): 1 job"
@@ -48,6 +48,13 @@ class Requested:
             Given(max_jobs, source) if max_jobs else None,
             Given(nvcc_threads, source) if nvcc_threads else None,
         )
+
+
+def parallel_cells_of(given: int | None, resources: ResourcesSpec) -> int | None:
+    """Kernel sets compiled at once: `--parallel-cells`, then the matrix; None = the engine plans it from unit
+    estimates (`schedule.choose_parallel_cells`)."""
+    count, _source = _count(Given(given, FROM_COMMAND_LINE) if given else None, resources.parallel_cells)
+    return count
 
 
 def _longest_first(durations: list[float], arches: int, per_arch_gb: float) -> Planner:

@@ -19,6 +19,7 @@ from attnforge.engine.backends.docker import DockerBackend
 from attnforge.engine.backends.env import EnvBackend, environment_cells, read_environment, template_cell
 from attnforge.engine.jobs import Backend
 from attnforge.engine.run import CellResult, Engine
+from attnforge.engine.settings import parallel_cells_of
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.plan import select_cells
 from attnforge.matrix.project import Project
@@ -234,10 +235,7 @@ def command(
             for toolkit in sorted({c.toolkit for c in mine}, key=str):
                 view.log(f"builder image {toolkit}: {engine_backend.ensure_builder(toolkit, view)}")
             return
-        res = project.matrix.build.resources
-        par = parallel_cells or (
-            None if res.parallel_cells == "auto" else res.parallel_cells
-        )  # None: from estimates
+        par = parallel_cells_of(parallel_cells, project.matrix.build.resources)  # None: from estimates
         with build_lock(engine.cache, on_wait=view.log):  # shared: `cache prune` refuses meanwhile
             results = engine.build(chosen, parallel_cells=par)
     console.print(summary_table(results))
