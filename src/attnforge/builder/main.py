@@ -212,7 +212,12 @@ def build(spec: BuildSpec, rep: Reporter, result: dict[str, Any]) -> None:
     settings = builder_settings(
         spec.settings, spec.max_jobs, spec.nvcc_threads, spec.job_mem_gb, pure_python=spec.pure_python
     )
-    rep.line("attnforge: " + settings.line())
+    if settings is spec.settings:  # resolved on the host, which printed where each value came from
+        rep.line(
+            f"attnforge: the host's settings: MAX_JOBS={settings.max_jobs} NVCC_THREADS={settings.nvcc_threads}"
+        )
+    else:
+        rep.line("attnforge: " + settings.line())
     result["settings"] = settings.to_json()
     counter = UnitCounter(rep)
     lane = start_kernel_lane(spec, tree, base_env, home, counter, rep, settings.max_jobs)
