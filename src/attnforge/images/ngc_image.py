@@ -26,6 +26,7 @@ from typing import Any
 from attnforge.builder.files import sha256_file
 from attnforge.builder.settings import BuildSettings
 from attnforge.builder.spec import BuildSpec, Source
+from attnforge.core import log_context
 from attnforge.core.docker_cli import Docker
 from attnforge.core.errors import BuildError, ConfigurationError, EnvironmentProblem
 from attnforge.engine.backends.env import environment_cell
@@ -273,7 +274,6 @@ def compile_on_base(
     resources: ResourcesSpec | None,
     out_dir: Path,
     on_line: Callable[[str], None],
-    log: Log,
 ) -> ImageRequest:
     """Build flash-attn on the base with the builder, finalize it into `out_dir`; the request with the
     finalized wheel and its manifest (plus the NGC release and policy) to install in the `replace` stage."""
@@ -289,10 +289,12 @@ def compile_on_base(
         )
         src = Source(path=f"{MOUNT}/source/{archive.name}", sha256=sha256_file(archive))
         settings = ngc_settings(cell, requested, resources)
-        log(f"  {settings.line()}")
+        log_context.log(f"  {settings.line()}")
         spec = ngc_spec(cell, facts, src, settings)
         (ctx / "attnforge" / "spec.json").write_text(spec.dumps() + "\n", encoding="utf-8")
-        log(f"  compiling {cell.id} on {base_ref} (torch {facts.torch}, {facts.executable}, no network)")
+        log_context.log(
+            f"  compiling {cell.id} on {base_ref} (torch {facts.torch}, {facts.executable}, no network)"
+        )
         out = Path(tmp) / "out"
         res = dk.build(
             ctx,
@@ -329,12 +331,14 @@ def compile_on_base(
             input_hash(cell, identity),
         )
         manifest = build_manifest(cell, raw, result, job, "env", seconds)
-        final = finalize_built(raw, manifest, out_dir, log=log)
+        final = finalize_built(raw, manifest, out_dir, log=log_context.log)
     if final.names.version.lower() != req.spec.dist_version.lower():
         raise BuildError(
             f"{final.wheel.name}: version {final.names.version}, the image promises {req.spec.dist_version}"
         )
-    log(f"  {final.wheel.name}: finalized ({final.platform_tag}, {final.names.torch_requirement})")
+    log_context.log(
+        f"  {final.wheel.name}: finalized ({final.platform_tag}, {final.names.torch_requirement})"
+    )
     data = read_manifest(final.manifest)
     return replace(req, wheel=final.wheel, manifest={**data, "ngc": req.manifest.get("ngc")})
 
