@@ -15,10 +15,12 @@ import pytest
 import yaml
 
 from attnforge.builder import parallelism
+from attnforge.builder.exits import EXIT_CONFIG, BuildFailure
 from attnforge.builder.settings import BuildSettings
 from attnforge.builder.spec import BuildSpec
 from attnforge.engine import settings as settings_mod
 from attnforge.engine.backends.pipplan import plan_pip
+from attnforge.engine.resources import JobMemoryTable
 from attnforge.engine.settings import parallel_cells_of
 from attnforge.images.build_inputs import dry_run_lines
 from attnforge.images.ngc import NGC_IMAGE_TEMPLATE
@@ -145,19 +147,7 @@ def test_the_spec_carries_the_settings_and_the_builder_does_not_resolve_again(
     template = _ngc_template(project)
     settings = ngc_settings(template)
     assert isinstance(settings, BuildSettings)
-    spec = BuildSpec.from_json(
-        {
-            "cell_id": "c",
-            "kernel": "flash-attn",
-            "kernel_version": "2.8.3",
-            "source": {"path": "/s.tar.gz", "sha256": "0" * 64},
-            "python": "3.12",
-            "torch": "2.8.0",
-            "build_dir": "/b",
-            "venv_dir": "/v",
-            "output_dir": "/o",
-        }
-    ).with_settings(settings)
+    spec = BuildSpec.from_json(SPEC).with_settings(settings)
     back = BuildSpec.from_json(spec.to_json())
     assert back.settings == settings and back.max_jobs == settings.max_jobs
     spied["choose"].clear()
@@ -171,3 +161,48 @@ def test_parallel_cells_from_the_command_line_then_the_matrix_then_planned() -> 
     assert parallel_cells_of(3, ResourcesSpec(parallel_cells=2)) == 3
     assert parallel_cells_of(None, ResourcesSpec(parallel_cells=2)) == 2
     assert parallel_cells_of(None, ResourcesSpec()) is None  # the engine plans it from unit estimates
+
+
+def test_a_choice_that_does_not_fit_says_so_with_its_numbers(tmp_path: Path) -> None:
+    project = Project(_project(tmp_path, max_jobs=6))
+    tight = settings_mod.resolve_settings(
+        project.plan("default").valid[0],
+        project.matrix.build.resources,
+        machine=parallelism.Machine(2, 4.0, "test"),
+        table=JobMemoryTable(),
+    )
+    assert not tight.fits and tight.source("max_jobs") == "matrix"
+    assert "; WARNING: 6 job(s) need" in tight.line() and "GiB available" in tight.line()
+
+
+SPEC = {
+    "cell_id": "c",
+    "kernel": "flash-attn",
+    "kernel_version": "2.8.3",
+    "source": {"path": "/s.tar.gz", "sha256": "0" * 64},
+    "python": "3.12",
+    "torch": "2.8.0",
+    "build_dir": "/b",
+    "venv_dir": "/v",
+    "output_dir": "/o",
+}
+
+
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        ({"max_jobs": 0, "nvcc_threads": 1, "job_memory_gb": 4.5}, "spec.settings: max_jobs: 0 is not"),
+        ({"max_jobs": 2, "nvcc_threads": True, "job_memory_gb": 4.5}, "spec.settings: nvcc_threads: True"),
+        ({"max_jobs": 2, "nvcc_threads": 1, "job_memory_gb": "4"}, "spec.settings: job_memory_gb: '4'"),
+        ({"max_jobs": 2, "nvcc_threads": 1, "job_memory_gb": 4, "x": 1}, "spec.settings: unknown key 'x'"),
+        ([2], "spec.settings: must be a JSON object"),
+        (
+            {"max_jobs": 2, "nvcc_threads": 1, "job_memory_gb": 4},
+            "spec.settings (max_jobs 2, nvcc_threads 1)",
+        ),
+    ],
+)
+def test_a_spec_with_bad_settings_is_refused_naming_them(settings: object, said: str) -> None:
+    with pytest.raises(BuildFailure) as err:
+        BuildSpec.from_json({**SPEC, "settings": settings})
+    assert err.value.code == EXIT_CONFIG and said in str(err.value)

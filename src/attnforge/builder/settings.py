@@ -49,8 +49,9 @@ class BuildSettings:
             if value is not None:
                 parts.append(f"{name}={value} ({self.source(name)})")
         text = "settings: " + ", ".join(parts)
-        if not self.fits:
-            text += f"; WARNING: {self.max_jobs} job(s) may not fit in memory"
+        if not self.fits:  # the chooser's numbers when it gave them
+            said = self.reason.partition("WARNING: ")[2]
+            text += "; WARNING: " + (said or f"{self.max_jobs} job(s) may not fit in memory")
         return text
 
     def adjusted(self, why: str, **changes: Any) -> BuildSettings:
