@@ -102,7 +102,7 @@ def test_jobs_name_their_tree_the_shared_objects_and_unit_estimates(tmp_path: Pa
     b = engine.job_for(cells[("2.14.1", "3.11")], source, 1, "h", binding_only=True)
     assert a.workdir.name == "cp311-torch2.12.1" and b.workdir.name == "cp311-torch2.14.1"
     assert a.spec.kernel_objects_dir == b.spec.kernel_objects_dir
-    assert b.spec.max_jobs == 1 and "binding only" in b.parallelism.reason
+    assert b.spec.max_jobs == 1 and "binding only" in b.settings.reason
     assert set(a.spec.unit_seconds) == {
         "flash_api",
         "flash_fwd_hdim128_bf16_sm80",

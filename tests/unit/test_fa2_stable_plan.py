@@ -151,19 +151,19 @@ def test_the_committed_fa2_stable_target(run_cli: Run, root: Path) -> None:
 
 def test_the_builder_spec_of_a_stable_cell_asks_for_the_abi_check(data: CompatData, tmp_path: Path) -> None:
     from attnforge.builder.patches import resolve_patches
+    from attnforge.builder.settings import BuildSettings
     from attnforge.builder.spec import Source
     from attnforge.engine.jobs import make_spec
-    from attnforge.engine.resources import Parallelism
 
     cell = check(fa2(), data).cell
-    par = Parallelism(2, 1, 4.5, "test")
+    par = BuildSettings(2, 1, 4.5, "test")
     spec = make_spec(
         cell,
         source=Source("/s.tar.gz", FA_SHA),
         workdir=tmp_path / "cells" / "k" / "w",
         objects_dir=tmp_path / "o",
         ccache_dir=tmp_path / "c",
-        parallelism=par,
+        settings=par,
     )
     assert spec.stable_abi and spec.local_version == LOCAL
     names = resolve_patches(spec)

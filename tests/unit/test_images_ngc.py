@@ -22,11 +22,13 @@ from attnforge.builder.spec import BuildSpec, Source
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.core.package_files import packaged_docker_dir
 from attnforge.engine.environment import Env
+from attnforge.engine.settings import Requested
 from attnforge.images import ngc_image
 from attnforge.images.ngc import NGC_IMAGE_TEMPLATE, STANDIN_TEMPLATE, BaseFacts
 from attnforge.images.ngc_image import (
     apply_ngc_facts,
     ngc_request,
+    ngc_settings,
     ngc_spec,
     source_archive,
     template_of,
@@ -159,7 +161,7 @@ def test_cell_and_spec_for_a_real_ngc_torch(project: Project) -> None:
     assert "io.attnforge.standin" not in req.spec.extra_labels
 
     src = Source(path=f"{ngc_image.MOUNT}/source/flash_attn-2.8.3.tar.gz", sha256="0" * 64)
-    spec = ngc_spec(cell, facts(), src, max_jobs=3)
+    spec = ngc_spec(cell, facts(), src, ngc_settings(cell, Requested.of(max_jobs=3)))
     assert spec.use_interpreter and spec.python == "/usr/bin/python" and spec.torch == NGC_TORCH
     assert spec.torch_variant == "cu129" and spec.local_version == cell.local_version
     assert spec.head_dims == [128] and spec.arches == ["sm_90"] and spec.max_jobs == 3
@@ -201,7 +203,7 @@ def test_full_profile_spec_applies_only_the_torch_free_kernels_patch(project: Pr
     assert isinstance(req, ImageRequest)
     req = apply_ngc_facts(req, facts(), project, quiet)
     assert req.cell is not None
-    spec = ngc_spec(req.cell, facts(), Source(path="/x.tar.gz", sha256="0" * 64), max_jobs=2)
+    spec = ngc_spec(req.cell, facts(), Source(path="/x.tar.gz", sha256="0" * 64), ngc_settings(req.cell))
     assert resolve_patches(spec) == ["torch-free-kernels"] and spec.disable == [] and spec.head_dims is None
 
 
@@ -221,7 +223,12 @@ def test_standin_cell_takes_its_rows_cuda_and_expects_a_cpu_torch(project: Proje
     assert (str(req.cell.toolkit), req.cell.torch_variant) == ("cuda13.0", "cpu")
     assert req.cell.local_version == "cu130torch2.13cxx11abiTRUE.pt2130a0standin"
     assert req.spec.extra_labels["io.attnforge.standin"].startswith("true")
-    assert ngc_spec(req.cell, standin, Source(path="/x.tar.gz", sha256="0" * 64), 2).torch_variant == "cpu"
+    assert (
+        ngc_spec(
+            req.cell, standin, Source(path="/x.tar.gz", sha256="0" * 64), ngc_settings(req.cell)
+        ).torch_variant
+        == "cpu"
+    )
     req2 = ngc_request(tmpl, [STANDIN_ROW], image_template="{release}", policy="replace")
     assert isinstance(req2, ImageRequest)
     with pytest.raises(EnvironmentProblem, match="CPU build, not an NGC"):
@@ -242,7 +249,7 @@ def test_mini_fixture_takes_the_standin_cells_patches(project: Project, tmp_path
     assert req.cell is not None
     archive = source_archive(MINI_FA, tmp_path / "ctx")
     src = Source(path=str(archive), sha256=hashlib.sha256(archive.read_bytes()).hexdigest())
-    spec = ngc_spec(req.cell, standin, src, 2).replace(build_dir=str(tmp_path / "build"))
+    spec = ngc_spec(req.cell, standin, src, ngc_settings(req.cell)).replace(build_dir=str(tmp_path / "build"))
     names = resolve_patches(spec)
     assert "torch-free-kernels" in names
     tree = prepare_tree(spec, archive, names, Reporter(None))

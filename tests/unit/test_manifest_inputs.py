@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from attnforge.builder.settings import BuildSettings
 from attnforge.builder.spec import Source
 from attnforge.engine.jobs import CellJob, make_spec
-from attnforge.engine.resources import Parallelism
 from attnforge.engine.wheel_record import build_manifest
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.compat import CompatData
@@ -62,14 +62,14 @@ def test_build_manifest_inputs_unchanged(cells: dict[str, Cell], tmp_path: Path)
     cell = cells["lean"]
     wheel = tmp_path / cell.wheel_name
     wheel.write_bytes(b"PK")
-    par = Parallelism(2, 1, 4.5, "test")
+    par = BuildSettings(2, 1, 4.5, "test")
     spec = make_spec(
         cell,
         source=Source(str(tmp_path / "s.tar.gz"), "0" * 64),
         workdir=tmp_path / "w",
         objects_dir=tmp_path / "o",
         ccache_dir=tmp_path / "c",
-        parallelism=par,
+        settings=par,
     )
     job = CellJob(cell, spec, tmp_path / "w", tmp_path / "log", par, "hash")
     manifest = build_manifest(cell, wheel, {}, job, "docker", 1.0)

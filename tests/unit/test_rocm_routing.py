@@ -77,7 +77,7 @@ def test_each_cell_gets_its_backend(project: Project, cells: dict[str, Cell]) ->
     assert isinstance(engine.backend_for(cells["ck"]), RocmCkBackend)
     docker = Engine(project, DockerBackend(project), PlainProgressView())
     assert isinstance(docker.backend_for(cells["triton"]), LocalBackend)  # whatever --backend says
-    par = engine.parallelism(cells["triton"], 1)
+    par = engine.settings(cells["triton"], 1)
     assert par.max_jobs == 1 and "no device code" in par.reason
 
 
@@ -161,4 +161,4 @@ def test_cell_is_found_in_any_target_without_target(project: Project) -> None:
 def test_dry_run_names_the_backend_and_the_wheel(run_cli: Run, project: Project) -> None:
     code, out, err = run_cli("--matrix", str(project.matrix_path), "build", "--cell", TRITON_ID, "--dry-run")
     assert code == 0, err
-    assert "triton-py3-none-any.whl (local)" in out + err and "MAX_JOBS=1" in out + err
+    assert "triton-py3-none-any.whl (local)" in out + err and "max_jobs=1 (triton backend" in out + err

@@ -46,7 +46,7 @@ from .kernel_lane import KernelLane
 from .knobs import build_env, ccache_stats, cuda_home
 from .ninja import NinjaParser, UnitCounter, count_ninja_units, unit_times
 from .objects import identity, save_kernel_objects, usable_prebuilt
-from .parallelism import BINDING_JOB_GB, auto_max_jobs, detect_machine
+from .parallelism import BINDING_JOB_GB, builder_settings, detect_machine
 from .patches import resolve_patches, torch_free
 from .procs import cgroup_oom_kills, stream, terminate_children
 from .report import Reporter, Stage
@@ -164,7 +164,13 @@ def raise_failure(parser: NinjaParser, rc: int, max_jobs: int, oom_killed: bool,
 
 
 def start_kernel_lane(
-    spec: BuildSpec, tree: Path, env: dict[str, str], home: str | None, counter: UnitCounter, rep: Reporter
+    spec: BuildSpec,
+    tree: Path,
+    env: dict[str, str],
+    home: str | None,
+    counter: UnitCounter,
+    rep: Reporter,
+    jobs: int,
 ) -> KernelLane | None:
     """The kernel lane, started, when this build compiles torch-free flash-attn kernel units that no earlier
     cell of the kernel set left behind; else None (ninja compiles everything once torch is there)."""
@@ -174,7 +180,6 @@ def start_kernel_lane(
         return None  # torch is already there: nothing to overlap with; a cross build links the target's torch
     if usable_prebuilt(spec, identity(spec, toolchain(home, {}, env.get("CXX"))), rep) is not None:
         return None
-    jobs = auto_max_jobs(spec.max_jobs, spec.job_mem_gb)
     lane_env = build_env(spec, None, tree, spec.source_date_epoch or 0, jobs, None, base=env)
     lane = KernelLane(spec, tree, lane_env, home, jobs, rep, counter.finish, rep.t0)
     order = lane.start()
@@ -204,10 +209,22 @@ def build(spec: BuildSpec, rep: Reporter, result: dict[str, Any]) -> None:
     toolkit_cxx = None if spec.pure_python else gcc_for_toolkit(spec.max_gcc, base_env, rep)
     if toolkit_cxx:
         base_env["CXX"], base_env["CC"] = toolkit_cxx["cxx"], toolkit_cxx["cc"]
+    settings = builder_settings(
+        spec.settings, spec.max_jobs, spec.nvcc_threads, spec.job_mem_gb, pure_python=spec.pure_python
+    )
+    if settings is spec.settings:  # resolved on the host, which printed where each value came from
+        rep.line(
+            f"attnforge: the host's settings: MAX_JOBS={settings.max_jobs} NVCC_THREADS={settings.nvcc_threads}"
+        )
+    else:
+        rep.line("attnforge: " + settings.line())
+    result["settings"] = settings.to_json()
     counter = UnitCounter(rep)
-    lane = start_kernel_lane(spec, tree, base_env, home, counter, rep)
+    lane = start_kernel_lane(spec, tree, base_env, home, counter, rep, settings.max_jobs)
     try:
-        vpy = compile_cell(spec, rep, result, archive, tree, base_env, home, toolkit_cxx, counter, lane)
+        vpy = compile_cell(
+            spec, rep, result, archive, tree, base_env, home, toolkit_cxx, counter, lane, settings.max_jobs
+        )
     finally:
         if lane is not None:
             lane.stop()
@@ -225,6 +242,7 @@ def compile_cell(
     toolkit_cxx: dict[str, Any] | None,
     counter: UnitCounter,
     lane: KernelLane | None,
+    max_jobs: int,
 ) -> str:
     """venv, compiler probe and ``pip wheel`` (the binding lane, beside a running kernel lane); the wheel
     copied to output_dir and the kernel objects saved. Returns the build's Python."""
@@ -263,7 +281,6 @@ def compile_cell(
         "reused": prebuilt is not None,
         "saved": False,
     }
-    max_jobs = 1 if spec.pure_python else auto_max_jobs(spec.max_jobs, spec.job_mem_gb)
     result["max_jobs"] = max_jobs
     result["cores"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     result["nvcc_threads"] = spec.nvcc_threads

@@ -1,9 +1,10 @@
 """The one MAX_JOBS/NVCC_THREADS chooser: cores and memory this process may use (cgroup limits included)
 and the rule that fits jobs x threads x per-arch memory into them.
 
-Every path asks this module: the engine (docker, local and env backends, through `engine.resources`), NGC
-images, ROCm builds, the runner checks, and the builder itself when a spec leaves ``max_jobs`` unset. It is
-stdlib only, because the builder runs it inside build containers.
+The host asks it through its one resolver (`attnforge.engine.settings.resolve_settings`: every backend, NGC
+images, ROCm builds, the runner checks); the builder itself only when a spec written by hand carries no
+settings and no ``max_jobs`` (`builder_settings`). It is stdlib only, because the builder runs it inside
+build containers.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from .settings import FROM_AUTO, BuildSettings
 
 GIB = 1024**3
 DEFAULT_JOB_GB = 4.5  # one flash-attn compile job per arch, when nothing measured says otherwise
@@ -48,6 +51,7 @@ class Parallelism:
     job_memory_gb: float
     reason: str
     fits: bool = True
+    why: str = ""  # the rule that set MAX_JOBS (the bracketed end of `reason`)
 
 
 def _read(path: str) -> str | None:
@@ -174,12 +178,33 @@ def choose_parallelism(
         reason += (
             f"; WARNING: {jobs} job(s) need {jobs * job_gb:.1f} GiB, more than the {mem:.1f} GiB available"
         )
-    return Parallelism(jobs, threads, job_gb, reason, fits)
+    return Parallelism(jobs, threads, job_gb, reason, fits, why)
 
 
-def auto_max_jobs(max_jobs: int | None, job_mem_gb: float = DEFAULT_JOB_GB) -> int:
-    """The builder's MAX_JOBS: ``max_jobs`` when the spec gives it, else the chooser's for one job of
-    ``job_mem_gb`` on this machine, min(cores, memory / job) (no reserve: the engine kept one outside)."""
+def builder_settings(
+    given: BuildSettings | None,
+    max_jobs: int | None,
+    nvcc_threads: int,
+    job_mem_gb: float = DEFAULT_JOB_GB,
+    *,
+    pure_python: bool = False,
+) -> BuildSettings:
+    """The settings the builder runs with, asked once per build: the host's (``spec.settings``) when the spec
+    carries them; else the spec's own ``max_jobs``; else measured here, min(cores, memory / job) for one job
+    of ``job_mem_gb`` (no reserve: the engine kept one outside). A Triton build compiles nothing: 1 job."""
+    if pure_python:
+        base = given or BuildSettings(1, 1, 0.0, sources=(("max_jobs", "spec"), ("nvcc_threads", "spec")))
+        return base if base.max_jobs == 1 else base.adjusted("nothing is compiled (Triton)", max_jobs=1)
+    if given is not None:
+        return given
+    spec_said = (("job_memory_gb", "spec"), ("nvcc_threads", "spec"))
     if max_jobs:
-        return max(1, int(max_jobs))
-    return choose_parallelism(detect_machine(), 1, job_mem_gb, reserve_gb=0.0, nvcc_threads=1).max_jobs
+        return BuildSettings(
+            max(1, int(max_jobs)), nvcc_threads, job_mem_gb, sources=(("max_jobs", "spec"), *spec_said)
+        )
+    machine = detect_machine()
+    par = choose_parallelism(machine, 1, job_mem_gb, reserve_gb=0.0, nvcc_threads=1)
+    measured = f"{FROM_AUTO} in the builder: {machine.describe()} / {job_mem_gb:g} GiB per job"
+    return BuildSettings(
+        par.max_jobs, nvcc_threads, job_mem_gb, par.reason, par.fits, (("max_jobs", measured), *spec_said)
+    )

@@ -15,7 +15,9 @@ same thing on both sides. Field by field (defaults in the dataclass):
   the wheel's host architecture; another than the builder's own is cross-compiled, ``cross``), ``cxx11_abi``, ``patches``, ``disable`` (profile
   features compiled out: backward, dropout, ...), ``head_dims``, ``dtypes``, ``rocm_backend``, ``profile`` (its tag,
   named in a profile build's dispatch errors);
-- how: ``max_jobs`` (None = from cores and memory), ``nvcc_threads``, ``job_mem_gb``, ``nvcc_append_flags``,
+- how: ``settings`` (the host's resolved `settings.BuildSettings`: MAX_JOBS, NVCC_THREADS, job memory, each
+  with its source), mirrored in ``max_jobs`` and ``nvcc_threads``; a spec written by hand may give only those
+  (``max_jobs`` None = the builder measures cores and memory for one job of ``job_mem_gb``); ``nvcc_append_flags``,
   ``ccache_dir``, ``source_date_epoch``, ``env`` (extra variables, last word), ``cxx_probe``, ``max_gcc``
   (newest gcc the toolkit accepts), ``unit_seconds`` (measured compile time per unit: the longest start
   first);
@@ -37,6 +39,7 @@ from typing import Any
 
 from .exits import EXIT_CONFIG, BuildFailure
 from .parallelism import DEFAULT_JOB_GB
+from .settings import BuildSettings
 
 SCHEMA = 2
 DEFAULT_REQUIREMENTS = ["setuptools>=77", "wheel", "packaging", "ninja"]
@@ -87,6 +90,7 @@ class BuildSpec:
     max_jobs: int | None = None
     nvcc_threads: int = 1
     job_mem_gb: float = DEFAULT_JOB_GB
+    settings: BuildSettings | None = None
     nvcc_append_flags: str | None = None
     ccache_dir: str | None = None
     source_date_epoch: int | None = None
@@ -124,8 +128,14 @@ class BuildSpec:
         """A copy with some fields changed (e.g. fewer ``max_jobs`` after an OOM kill)."""
         return dataclasses.replace(self, **changes)
 
+    def with_settings(self, settings: BuildSettings) -> BuildSpec:
+        """A copy that builds with `settings` (the spec's ``max_jobs`` and ``nvcc_threads`` follow them)."""
+        return self.replace(settings=settings, max_jobs=settings.max_jobs, nvcc_threads=settings.nvcc_threads)
+
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        data["settings"] = self.settings.to_json() if self.settings else None
+        return data
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1, sort_keys=True)
@@ -159,6 +169,11 @@ class BuildSpec:
             values["source"] = Source(**src)
         except TypeError as exc:
             raise BuildFailure(EXIT_CONFIG, f"spec.source: {exc}") from None
+        if values.get("settings") is not None:
+            try:
+                values["settings"] = BuildSettings.from_json(values["settings"])
+            except (TypeError, ValueError) as exc:
+                raise BuildFailure(EXIT_CONFIG, f"spec.settings: {exc}") from None
         for name, value in values.items():
             _check_type(name, value, fields[name].type)
         spec = cls(**values)
@@ -188,6 +203,13 @@ class BuildSpec:
             raise BuildFailure(EXIT_CONFIG, f"spec.head_dims {self.head_dims} must be positive head dims")
         if self.nvcc_threads < 1 or (self.max_jobs is not None and self.max_jobs < 1):
             raise BuildFailure(EXIT_CONFIG, "spec.max_jobs and spec.nvcc_threads must be at least 1")
+        got = self.settings
+        if got is not None and (got.max_jobs, got.nvcc_threads) != (self.max_jobs, self.nvcc_threads):
+            raise BuildFailure(
+                EXIT_CONFIG,
+                f"spec.settings (max_jobs {got.max_jobs}, nvcc_threads {got.nvcc_threads}) disagrees with "
+                f"spec.max_jobs {self.max_jobs} and spec.nvcc_threads {self.nvcc_threads}",
+            )
 
 
 _SIMPLE: dict[str, type | tuple[type, ...]] = {"str": str, "int": int, "float": (int, float), "bool": bool}
@@ -196,7 +218,7 @@ _SIMPLE: dict[str, type | tuple[type, ...]] = {"str": str, "int": int, "float": 
 def _check_type(name: str, value: Any, annotation: Any) -> None:
     """A small check of JSON values against the field's annotation (strings under postponed evaluation)."""
     text = str(annotation).replace(" ", "")
-    if name == "source" or (value is None and "None" in text):
+    if name in ("source", "settings") or (value is None and "None" in text):
         return
     base = text.replace("|None", "")
     if base in _SIMPLE:

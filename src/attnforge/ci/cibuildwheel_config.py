@@ -177,7 +177,7 @@ def cibuildwheel_config(
 
     `image`: a manylinux-style image that carries the toolkit (then `toolkit_source` defaults to 'image');
     without one, the pinned manylinux_2_28 image and a `dnf` toolkit install. `max_jobs`/`nvcc_threads`
-    come from the engine's `choose_parallelism` (nothing is guessed here). `index_url` replaces PyPI
+    come from the engine's `resolve_settings` (nothing is guessed here). `index_url` replaces PyPI
     and PyTorch's index for torch; `pip_env` (PIP_INDEX_URL, PIP_FIND_LINKS, PIP_CONSTRAINT, ...) instead
     configures every pip in the container (before-build and the test venv: air-gapped mirrors). `env` is
     applied last.

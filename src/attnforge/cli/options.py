@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+if TYPE_CHECKING:
+    from attnforge.engine.settings import Given, Requested
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -49,3 +52,18 @@ user_python_option = click.option(
     "active venv ($VIRTUAL_ENV), else the active conda environment ($CONDA_PREFIX), else the first python3 on "
     "PATH; the report names the one inspected.",
 )
+
+
+def requested_settings(ctx: click.Context, max_jobs: int | None, nvcc_threads: int | None) -> Requested:
+    """--max-jobs/--nvcc-threads as given, each labelled with where click found it: on the command line or in
+    the environment (MAX_JOBS/NVCC_THREADS); the resolver asks the matrix, then measures, for the others."""
+    from attnforge.builder.settings import FROM_COMMAND_LINE, FROM_ENVIRONMENT  # the engine: start-up cost
+    from attnforge.engine.settings import Given, Requested
+
+    def given(name: str, value: int | None) -> Given | None:
+        if value is None:
+            return None
+        from_env = ctx.get_parameter_source(name) == click.core.ParameterSource.ENVIRONMENT
+        return Given(value, FROM_ENVIRONMENT if from_env else FROM_COMMAND_LINE)
+
+    return Requested(given("max_jobs", max_jobs), given("nvcc_threads", nvcc_threads))

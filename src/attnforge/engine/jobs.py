@@ -14,11 +14,11 @@ from typing import Protocol
 
 from attnforge import __version__
 from attnforge.builder.cross import host_machine
+from attnforge.builder.settings import BuildSettings
 from attnforge.builder.spec import BuildSpec, Source
 from attnforge.core.kernels import import_names
 from attnforge.core.pins import cpu_torch
 from attnforge.engine.progress import ProgressView
-from attnforge.engine.resources import Parallelism
 from attnforge.matrix.cell import Cell
 
 BUILDER_DIR = Path(__file__).resolve().parents[1] / "builder"
@@ -34,7 +34,7 @@ class CellJob:
     spec: BuildSpec
     workdir: Path  # cache/cells/<key>/<cpXY-torchT>: build tree (kept for resume), out/, spec.json
     log_path: Path
-    parallelism: Parallelism
+    settings: BuildSettings  # resolved once (`engine.settings`); an OOM resume adjusts it
     input_hash: str
     memory_limit_gb: float | None = None  # --memory-limit: the container's hard cap (no swap)
 
@@ -70,7 +70,7 @@ def make_spec(
     workdir: Path,
     objects_dir: Path,
     ccache_dir: Path,
-    parallelism: Parallelism,
+    settings: BuildSettings,
     pip_args: list[str] | None = None,
     venv_root: Path | None = None,
     interpreter: str | None = None,
@@ -109,15 +109,13 @@ def make_spec(
         rocm_backend=profile.rocm_backend,
         import_names=import_names(cell.kernel),
         stable_abi=cell.stable_abi,
-        max_jobs=parallelism.max_jobs,
-        nvcc_threads=parallelism.nvcc_threads,
         ccache_dir=str(ccache_dir),
         pip_args=list(pip_args or []),
         source_date_epoch=int(os.environ.get("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH)),
         max_gcc=max_gcc,
         gencode=list(cell.gencode),
         platform=cell.platform,
-    )
+    ).with_settings(settings)
     if cell.platform != host_machine() and not cell.pure_python:
         # cross-compiled (builder/cross.py): nothing built for the target runs here, so neither the compiler
         # probe nor the import check can; an arm64 runner (or an emulator) imports the wheel

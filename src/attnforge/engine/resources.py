@@ -1,7 +1,7 @@
-"""Memory-aware parallelism: MAX_JOBS and NVCC_THREADS from cores, available memory and measured job sizes.
+"""Measured job sizes: the peak memory of one compile job per toolkit and profile class (`JobMemoryTable`).
 
 The rule and the machine readers live once, in `attnforge.builder.parallelism` (the builder runs them in
-build containers too); this module adds the measured job sizes and the engine's longest-first planner."""
+build containers too); `attnforge.engine.settings` resolves a cell's settings from them and this table."""
 
 from __future__ import annotations
 
@@ -11,15 +11,12 @@ from pathlib import Path
 
 from attnforge.builder.parallelism import (
     BINDING_JOB_GB,
-    DEFAULT_JOB_GB,
-    DEFAULT_RESERVE_GB,
     GIB,
     Machine,
     Parallelism,
-    Planner,
+    choose_parallelism,
     detect_machine,
 )
-from attnforge.builder.parallelism import choose_parallelism as builder_choose
 from attnforge.matrix.cell import Cell
 
 __all__ = [
@@ -82,44 +79,3 @@ class JobMemoryTable:
         tmp.write_text(json.dumps(measured, indent=2, sort_keys=True))
         tmp.replace(self.measured_path)
         self.rows.update(measured)  # type: ignore[arg-type]
-
-
-def _longest_first(durations: list[float], arches: int, per_arch_gb: float) -> Planner:
-    def plan(cores: int, mem: float) -> tuple[int, int, str]:
-        from attnforge.engine.schedule import choose_threads
-
-        choice = choose_threads(durations, arches, cores, gb_per_thread=per_arch_gb, memory_gb=mem)
-        why = f"longest-first plan of {len(durations)} unit estimates: {choice.makespan_s:.0f} s"
-        return choice.jobs, choice.threads, why
-
-    return plan
-
-
-def choose_parallelism(
-    machine: Machine,
-    arches: int,
-    per_arch_gb: float = DEFAULT_JOB_GB,
-    *,
-    reserve_gb: float = DEFAULT_RESERVE_GB,
-    max_jobs: int | None = None,
-    nvcc_threads: int | None = None,
-    share: int = 1,
-    durations: list[float] | None = None,
-) -> Parallelism:
-    """The builder's one chooser (`builder.parallelism.choose_parallelism`), with the engine's planner: given
-    `durations` (estimated seconds of the units to compile) the split between jobs and threads is the one
-    whose longest-first plan ends first (`schedule.choose_threads`)."""
-    planner: Planner | None = None
-    if durations:
-        planner = _longest_first(durations, arches, per_arch_gb)
-
-    return builder_choose(
-        machine,
-        arches,
-        per_arch_gb,
-        reserve_gb=reserve_gb,
-        max_jobs=max_jobs,
-        nvcc_threads=nvcc_threads,
-        share=share,
-        planner=planner,
-    )

@@ -21,20 +21,15 @@ from typing import Any
 
 from attnforge.builder.exits import EVENT_PREFIX, EXIT_CONTAINER_KILLED, EXIT_ENV, EXIT_OOM
 from attnforge.builder.files import sha256_file
+from attnforge.builder.settings import BuildSettings
 from attnforge.builder.spec import Source
 from attnforge.core.errors import AttnforgeError, BuildError, EnvironmentProblem, InterruptedByUser
 from attnforge.engine.backends.routing import Route, make_route_backend, route_of
 from attnforge.engine.jobs import Backend, CellJob, input_hash, make_spec
 from attnforge.engine.progress import ProgressView
-from attnforge.engine.resources import (
-    JobMemoryTable,
-    Machine,
-    Parallelism,
-    choose_parallelism,
-    detect_machine,
-)
-from attnforge.engine.rocm.build_plan import rocm_parallelism
+from attnforge.engine.resources import JobMemoryTable, Machine, detect_machine
 from attnforge.engine.schedule import CellEstimate, cell_estimates, choose_parallel_cells
+from attnforge.engine.settings import Requested, resolve_settings
 from attnforge.engine.sources import fetch_source
 from attnforge.engine.unittimes import BINDING_UNIT, UnitTimeTable, flags_of
 from attnforge.engine.venv_ahead import VenvAhead
@@ -89,8 +84,7 @@ class Engine:
         view: ProgressView,
         *,
         force: bool = False,
-        max_jobs: int | None = None,
-        nvcc_threads: int | None = None,
+        requested: Requested | None = None,
         memory_limit_gb: float | None = None,
     ) -> None:
         self.project = project
@@ -98,9 +92,7 @@ class Engine:
         self.view = view
         self.force = force
         build = project.matrix.build
-        res = build.resources
-        self.max_jobs = max_jobs or (None if res.max_jobs == "auto" else res.max_jobs)
-        self.nvcc_threads = nvcc_threads or (None if res.nvcc_threads == "auto" else res.nvcc_threads)
+        self.requested = requested or Requested()  # command line and environment; the matrix is asked later
         self.memory_limit_gb = memory_limit_gb
         self.cache = project.path(build.cache_dir)
         self.output = project.path(build.output_dir)
@@ -143,27 +135,20 @@ class Engine:
         """The cell's units with estimated compile seconds on this machine (`unittimes`)."""
         return CellEstimate(cell_estimates(self.unit_table, cell))
 
-    def parallelism(self, cell: Cell, share: int, binding_only: bool = False) -> Parallelism:
-        if route_of(cell) == "triton":
-            return rocm_parallelism(cell)
+    def settings(self, cell: Cell, share: int, binding_only: bool = False) -> BuildSettings:
+        """The cell's build settings, resolved once (`engine.settings.resolve_settings`)."""
         res = self.project.matrix.build.resources
-        per_arch, _src = self.memory_table.for_cell(cell)
-        if res.memory_per_job_gb != "auto":
-            per_arch = float(res.memory_per_job_gb)
-        if binding_only:
-            return Parallelism(
-                1, 1, per_arch, "binding only (kernel objects of its kernel set reused): 1 job"
-            )
-        est = self.estimate(cell)
-        return choose_parallelism(
-            self.machine(),
-            len(cell.arches),
-            per_arch,
-            reserve_gb=res.reserve_memory_gb if self.memory_limit_gb is None else 0.0,
-            max_jobs=self.max_jobs,
-            nvcc_threads=self.nvcc_threads,
+        est = None if binding_only or cell.pure_python else self.estimate(cell)
+        return resolve_settings(
+            cell,
+            res,
+            self.requested,
+            machine=self.machine(),
+            table=self.memory_table,
             share=share,
-            durations=est.durations() or None,
+            reserve_gb=res.reserve_memory_gb if self.memory_limit_gb is None else 0.0,
+            durations=(est.durations() or None) if est else None,
+            binding_only=binding_only,
         )
 
     def job_for(
@@ -173,14 +158,14 @@ class Engine:
         backend = self.backend_for(cell)
         # an existing interpreter's build keeps its own tree: it must compile, not resume another backend's
         workdir = group / (f"{cell.binding_slug}-env" if backend.interpreter else cell.binding_slug)
-        par = self.parallelism(cell, share, binding_only)
+        settings = self.settings(cell, share, binding_only)
         spec = make_spec(
             cell,
             source=source,
             workdir=workdir,
             objects_dir=group / "objects",
             ccache_dir=self.cache / "ccache",
-            parallelism=par,
+            settings=settings,
             pip_args=backend.pip_args,
             interpreter=backend.interpreter,
             max_gcc=self.max_gcc(cell),
@@ -188,7 +173,9 @@ class Engine:
         seconds = {u: round(e.s, 1) for u, e in self.estimate(cell).units.items()}
         if seconds:
             spec = spec.replace(unit_seconds=seconds)
-        return CellJob(cell, spec, workdir, self.logs / f"{cell.id}.log", par, digest, self.memory_limit_gb)
+        return CellJob(
+            cell, spec, workdir, self.logs / f"{cell.id}.log", settings, digest, self.memory_limit_gb
+        )
 
     def max_gcc(self, cell: Cell) -> int | None:
         """The newest gcc major the cell's CUDA toolkit accepts (compat `max_gcc`), for the builder's g++."""
@@ -375,7 +362,7 @@ class Engine:
             spec = self.project.matrix.kernels[cell.kernel]
             source = fetch_source(cell.kernel, spec, cell.source_sha256, self.cache, self.project.root)
             job = self.job_for(cell, source, share, digest, binding_only)
-            view.log(f"{cell.id}: {job.parallelism.reason}")
+            view.log(f"{cell.id}: {job.settings.line()}")
             result = self._run_with_oom_retry(job)
             wheel = self._publish_locally(job, result, time.monotonic() - start)
             view.stage(cell.id, "done")
@@ -389,10 +376,10 @@ class Engine:
         cell = job.cell
         backend = self.backend_for(cell)
         oom_retries = 0
-        jobs_before = job.parallelism.max_jobs
+        jobs_before = job.settings.max_jobs
         with job.log_path.open("a", encoding="utf-8") as log:
             log.write(f"\n=== {dt.datetime.now(dt.timezone.utc).isoformat()} {cell.id} ({backend.name})\n")
-            log.write(f"=== {job.parallelism.reason}\n")
+            log.write(f"=== {job.settings.line()}\n=== {job.settings.reason}\n")
             while True:
                 job.workdir.mkdir(parents=True, exist_ok=True)
                 job.spec_path.write_text(job.spec.dumps())
@@ -414,7 +401,10 @@ class Engine:
                     )
                     self.view.log(msg, "warning")
                     log.write(f"=== {msg}\n")
-                    job.spec = job.spec.replace(max_jobs=new_jobs)
+                    job.settings = job.settings.adjusted(
+                        "a compiler was killed for memory (OOM)", max_jobs=new_jobs
+                    )
+                    job.spec = job.spec.with_settings(job.settings)
                     continue
                 log.flush()
                 if code == EXIT_ENV:

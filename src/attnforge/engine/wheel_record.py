@@ -73,7 +73,7 @@ def build_manifest(
     if result.get("vendored"):  # what the source vendors (CUTLASS: version, tree hash, commit where known)
         manifest["vendored"] = result["vendored"]
     if cell.toolkit.kind == "rocm":  # the ROCm backend names the wheel's tag (py3-none-any for Triton)
-        plan = plan_rocm_build(cell)
+        plan = plan_rocm_build(cell, settings=job.settings)  # the build's own, not a second resolution
         manifest["inputs"]["rocm_backend"] = plan.backend
         manifest["rocm"] = {
             **plan.manifest_fields(),

@@ -12,9 +12,10 @@ from attnforge.core.errors import ConfigurationError
 from attnforge.engine.backends.pip_config import PipOptions, pip_options
 from attnforge.engine.backends.pip_credentials import NetrcFile, check_netrc
 from attnforge.engine.backends.pipplan import PipPlan
+from attnforge.engine.settings import Requested
 from attnforge.engine.sources import fetch_source
 from attnforge.images.ngc import BaseFacts, probe_base
-from attnforge.images.ngc_image import apply_ngc_facts, ngc_request, template_of
+from attnforge.images.ngc_image import apply_ngc_facts, ngc_request, ngc_settings, template_of
 from attnforge.images.project_data import optional_compat, optional_matrix
 from attnforge.images.requests import (
     ImageRequest,
@@ -29,7 +30,7 @@ from attnforge.images.standin import ensure_standin
 from attnforge.images.tags import aliases, resolve_tags
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.project import Project
-from attnforge.matrix.schema import PipSpec
+from attnforge.matrix.schema import PipSpec, ResourcesSpec
 from attnforge.names import cuda_variant, cuda_version
 
 Log = Callable[[str], None]
@@ -215,8 +216,11 @@ def dry_run_lines(
     pip_plan: PipPlan,
     ca_bundle: Path | None,
     netrc: Path | None,
+    requested: Requested | None = None,
+    resources: ResourcesSpec | None = None,
 ) -> list[str]:
-    """What `--dry-run` prints: each image with its tag, alias, base and what goes in; pip's indexes; secrets."""
+    """What `--dry-run` prints: each image with its tag, alias, base and what goes in (an NGC compile's
+    settings, resolved as the build would: `ngc_settings`); pip's indexes; secrets."""
     lines: list[str] = []
     specs = resolve_tags([r.spec for r in requests])
     alias_of = {t: a for a, t in aliases(specs).items()}
@@ -233,6 +237,8 @@ def dry_run_lines(
                 else "keeps NGC's"
             )
             lines.append(f"  NGC {req.ngc.release if req.ngc else '?'} policy {req.ngc_policy}: {what}")
+            if req.template and req.ngc_policy == "replace":
+                lines.append("  " + ngc_settings(req.template, requested, resources).line())
         lines.append(
             f"  torch {spec.torch}, {spec.toolkit}, arches {','.join(spec.arches)}, profile {spec.profile}"
         )

@@ -24,18 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from attnforge.builder.files import sha256_file
+from attnforge.builder.settings import BuildSettings
 from attnforge.builder.spec import BuildSpec, Source
+from attnforge.core import log_context
 from attnforge.core.docker_cli import Docker
 from attnforge.core.errors import BuildError, ConfigurationError, EnvironmentProblem
 from attnforge.engine.backends.env import environment_cell
 from attnforge.engine.jobs import BUILDER_DIR, SOURCE_DATE_EPOCH, CellJob, input_hash, make_spec
-from attnforge.engine.resources import (
-    JobMemoryTable,
-    Machine,
-    Parallelism,
-    choose_parallelism,
-    detect_machine,
-)
+from attnforge.engine.resources import JobMemoryTable, Machine, detect_machine
+from attnforge.engine.settings import Requested, resolve_settings
 from attnforge.engine.wheel_record import build_manifest
 from attnforge.images.ngc import BaseFacts, select_release
 from attnforge.images.requests import ImageRequest, Skipped
@@ -43,7 +40,7 @@ from attnforge.images.tags import ImageSpec
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.compat import NgcRelease
 from attnforge.matrix.project import Project
-from attnforge.matrix.schema import ProfileSpec
+from attnforge.matrix.schema import ProfileSpec, ResourcesSpec
 from attnforge.names import cuda_variant
 from attnforge.wheels.finalize import finalize_built
 from attnforge.wheels.manifest import read_manifest
@@ -227,19 +224,31 @@ def source_archive(src: Path, dest_dir: Path) -> Path:
     return out
 
 
-def ngc_parallelism(cell: Cell, max_jobs: int, machine: Machine | None = None) -> Parallelism:
-    """`images build --max-jobs` through the engine's one chooser: the jobs as given, one nvcc thread, the
-    cell's measured per-arch job memory (`JobMemoryTable`), and whether that fits this machine."""
-    per_arch, _src = JobMemoryTable().for_cell(cell)
-    return choose_parallelism(
-        machine or detect_machine(), len(cell.arches), per_arch, max_jobs=max_jobs, nvcc_threads=1
+NGC_THREADS = (1, "image build: one nvcc thread")
+
+
+def ngc_settings(
+    cell: Cell,
+    requested: Requested | None = None,
+    resources: ResourcesSpec | None = None,
+    machine: Machine | None = None,
+) -> BuildSettings:
+    """The settings of an NGC compile, from the one resolver: `images build --max-jobs` (or MAX_JOBS), then
+    the matrix's `build.resources`, then this machine and the cell's measured per-arch job memory
+    (`JobMemoryTable`); one nvcc thread unless one of those says otherwise."""
+    return resolve_settings(
+        cell,
+        resources or ResourcesSpec(),
+        requested,
+        machine=machine or detect_machine(),
+        table=JobMemoryTable(),
+        threads=NGC_THREADS,
     )
 
 
-def ngc_spec(cell: Cell, facts: BaseFacts, source: Source, max_jobs: int) -> BuildSpec:
+def ngc_spec(cell: Cell, facts: BaseFacts, source: Source, settings: BuildSettings) -> BuildSpec:
     """The builder's spec inside the `build` stage: the base's python and torch as they are, no shared
     kernel objects or ccache (one image, one compile), output in OUT."""
-    parallelism = ngc_parallelism(cell, max_jobs)
     work = Path(WORK)
     spec = make_spec(
         cell,
@@ -247,7 +256,7 @@ def ngc_spec(cell: Cell, facts: BaseFacts, source: Source, max_jobs: int) -> Bui
         workdir=work,
         objects_dir=work / "objects",
         ccache_dir=work / "ccache",
-        parallelism=parallelism,
+        settings=settings,
         venv_root=work,
         interpreter=facts.executable,
     )
@@ -261,10 +270,10 @@ def compile_on_base(
     base_ref: str,
     dockerfile: Path,
     source: Path,
-    max_jobs: int,
+    requested: Requested | None,
+    resources: ResourcesSpec | None,
     out_dir: Path,
     on_line: Callable[[str], None],
-    log: Log,
 ) -> ImageRequest:
     """Build flash-attn on the base with the builder, finalize it into `out_dir`; the request with the
     finalized wheel and its manifest (plus the NGC release and policy) to install in the `replace` stage."""
@@ -279,9 +288,13 @@ def compile_on_base(
             BUILDER_DIR, ctx / "attnforge" / "builder", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
         )
         src = Source(path=f"{MOUNT}/source/{archive.name}", sha256=sha256_file(archive))
-        spec = ngc_spec(cell, facts, src, max_jobs)
+        settings = ngc_settings(cell, requested, resources)
+        log_context.log(f"  {settings.line()}")
+        spec = ngc_spec(cell, facts, src, settings)
         (ctx / "attnforge" / "spec.json").write_text(spec.dumps() + "\n", encoding="utf-8")
-        log(f"  compiling {cell.id} on {base_ref} (torch {facts.torch}, {facts.executable}, no network)")
+        log_context.log(
+            f"  compiling {cell.id} on {base_ref} (torch {facts.torch}, {facts.executable}, no network)"
+        )
         out = Path(tmp) / "out"
         res = dk.build(
             ctx,
@@ -314,16 +327,18 @@ def compile_on_base(
             spec,
             Path(tmp),
             out / "build.log",
-            ngc_parallelism(cell, max_jobs),
+            settings,
             input_hash(cell, identity),
         )
         manifest = build_manifest(cell, raw, result, job, "env", seconds)
-        final = finalize_built(raw, manifest, out_dir, log=log)
+        final = finalize_built(raw, manifest, out_dir, log=log_context.log)
     if final.names.version.lower() != req.spec.dist_version.lower():
         raise BuildError(
             f"{final.wheel.name}: version {final.names.version}, the image promises {req.spec.dist_version}"
         )
-    log(f"  {final.wheel.name}: finalized ({final.platform_tag}, {final.names.torch_requirement})")
+    log_context.log(
+        f"  {final.wheel.name}: finalized ({final.platform_tag}, {final.names.torch_requirement})"
+    )
     data = read_manifest(final.manifest)
     return replace(req, wheel=final.wheel, manifest={**data, "ngc": req.manifest.get("ngc")})
 

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from attnforge.core import log_context
 from attnforge.core.docker_cli import Docker, docker_executable
 from attnforge.core.errors import BuildError, ConfigurationError, TestFailure
 from attnforge.core.package_files import docker_dir as package_docker_dir
@@ -28,11 +29,13 @@ from attnforge.core.pins import local_base
 from attnforge.engine.backends.pip_config import PipOptions
 from attnforge.engine.backends.pipplan import pip_secrets, plan_pip
 from attnforge.engine.base_images import BaseCheck, check_base, load_bases
+from attnforge.engine.settings import Requested
 from attnforge.images.image_smoke import engine_has_gpu, run_smoke
 from attnforge.images.ngc_image import compile_on_base
 from attnforge.images.record import BuiltImage, ImageSet, write_record
 from attnforge.images.requests import ImageRequest
 from attnforge.images.tags import aliases, resolve_tags
+from attnforge.matrix.schema import ResourcesSpec
 
 Log = Callable[[str], None]
 HERE = Path(__file__).resolve().parent
@@ -63,7 +66,8 @@ class BuildOptions:
     pip_options: PipOptions | None = None
     flex_cache: Path | None = None
     source: Path | None = None  # NGC images: the kernel source (folder or sdist) compiled on the base
-    max_jobs: int = 2
+    requested: Requested | None = None  # NGC compiles: --max-jobs/--nvcc-threads or the environment
+    resources: ResourcesSpec | None = None  # NGC compiles: the matrix's build.resources
     smoke: bool = True
     strict_bases: bool = False
     allow_unpinned: bool = False
@@ -114,7 +118,6 @@ def build_one(
     secrets: dict[str, Path],
     opts: BuildOptions,
     created: str,
-    log: Log,
 ) -> BuiltImage:
     """Build, label and smoke-test one image; BuildError / TestFailure on failure."""
     spec = req.spec
@@ -137,7 +140,7 @@ def build_one(
                 and f"{parts[0]} {parts[1]}" not in seen  # step numbers restart in each docker build
             ):
                 seen.add(f"{parts[0]} {parts[1]}")
-                log("  " + line[:120])
+                log_context.log("  " + line[:120])
 
         if spec.kind == "runtime":
             ctx = Path(tmp) / "context"
@@ -168,10 +171,10 @@ def build_one(
                         base_ref=base.ref,
                         dockerfile=docker_dir() / "ngc.Dockerfile",
                         source=opts.source,
-                        max_jobs=opts.max_jobs,
+                        requested=opts.requested,
+                        resources=opts.resources,
                         out_dir=opts.out_dir / NGC_WHEELS,
                         on_line=on_line,
-                        log=log,
                     )
                 except BuildError as exc:
                     raise BuildError(f"{exc.message} (log {log_path})", hint=exc.hint) from None
@@ -192,11 +195,11 @@ def build_one(
         if "Unable to locate package python" in res.output:
             hint = f"the base {base.name} packages no python{spec.python}: choose a base that does (--runtime-base)"
         raise BuildError(f"image {spec.tag} did not build (log {log_path}):\n{res.tail(12)}", hint=hint)
-    log(f"built {ref} in {time.monotonic() - start:.0f} s")
+    log_context.log(f"built {ref} in {time.monotonic() - start:.0f} s")
     smoke: dict[str, Any] = {"ok": None, "skipped": True}
     if opts.smoke:
         gpu = engine_has_gpu(dk) if opts.gpu is None else opts.gpu
-        smoke = run_smoke(dk, ref, req.expect, gpu=gpu, log=log)
+        smoke = run_smoke(dk, ref, req.expect, gpu=gpu, log=log_context.log)
         if not smoke["ok"]:
             why = "; ".join(smoke.get("failures") or []) or smoke.get("output", "")
             raise TestFailure(f"smoke test of {ref} failed: {why}")
@@ -251,7 +254,8 @@ def build_set(requests: list[ImageRequest], opts: BuildOptions, *, log: Log = _q
             spec = replace(req.spec, base_digest=check.digest)
             req = replace(req, spec=spec)
             log(f"building {opts.repository}:{spec.tag} ({spec.kind}, base {base_name})")
-            built = build_one(dk, req, base=check, secrets=secrets, opts=opts, created=created, log=log)
+            with log_context.logging_to(log):
+                built = build_one(dk, req, base=check, secrets=secrets, opts=opts, created=created)
             image_set.images.append(built)
     for alias, tag in alias_of.items():
         res = dk.tag(image_set.local_ref(tag), image_set.local_ref(alias))

@@ -14,12 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnforge.builder.settings import BuildSettings
 from attnforge.core.arches import arch_label, arch_runs_on, cuda_label
 from attnforge.core.docker_cli import docker_executable
 from attnforge.engine.resources import JobMemoryTable, Parallelism, choose_parallelism
+from attnforge.engine.settings import resolve_settings
 from attnforge.matrix.arch_policy import cell_targets
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.compat import CompatData
+from attnforge.matrix.schema import ResourcesSpec
 from attnforge.runner.gpus import Discovery, Gpu
 from attnforge.runner.host import Host
 
@@ -317,7 +320,7 @@ def check_disk(host: Host, opts: CheckOptions) -> Check:
     return Check("disk", "pass", detail)
 
 
-def choose_jobs(host: Host, opts: CheckOptions) -> tuple[Check, Parallelism | None]:
+def choose_jobs(host: Host, opts: CheckOptions) -> tuple[Check, Parallelism | BuildSettings | None]:
     """MAX_JOBS/NVCC_THREADS the build engine would pick here, for the widest cell."""
     machine = host.machine()
     if not opts.cells:
@@ -326,10 +329,11 @@ def choose_jobs(host: Host, opts: CheckOptions) -> tuple[Check, Parallelism | No
         return Check("resources", "pass", par.reason + f" (no cells: 1 arch, {assumed} per job assumed)"), par
     widest = max(opts.cells, key=lambda c: (len(c.arches), c.id))
     table = JobMemoryTable(opts.cache_dir / "job_memory.json")
-    per_arch, source = table.for_cell(widest)
-    par = choose_parallelism(machine, len(widest.arches), per_arch, reserve_gb=opts.reserve_memory_gb)
-    detail = f"{par.reason}; job size from {source} ({widest.id})"
-    return Check("resources", "pass" if par.fits else "warn", detail), par
+    settings = resolve_settings(
+        widest, ResourcesSpec(), machine=machine, table=table, reserve_gb=opts.reserve_memory_gb
+    )
+    detail = f"{settings.reason}; job size from {settings.source('job_memory_gb')} ({widest.id})"
+    return Check("resources", "pass" if settings.fits else "warn", detail), settings
 
 
 TORCH_PROBE = r"""

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from attnforge.cache.build_lock import build_lock
+from attnforge.cli.options import requested_settings
 from attnforge.cli.progress_view import ConsoleProgressView
 from attnforge.core.errors import BuildError, ConfigurationError
 from attnforge.engine.backends.choice import choose_backend
@@ -18,6 +19,7 @@ from attnforge.engine.backends.docker import DockerBackend
 from attnforge.engine.backends.env import EnvBackend, environment_cells, read_environment, template_cell
 from attnforge.engine.jobs import Backend
 from attnforge.engine.run import CellResult, Engine
+from attnforge.engine.settings import parallel_cells_of
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.plan import select_cells
 from attnforge.matrix.project import Project
@@ -216,14 +218,13 @@ def command(
             engine_backend,
             view,
             force=force,
-            max_jobs=max_jobs,
-            nvcc_threads=nvcc_threads,
+            requested=requested_settings(click.get_current_context(), max_jobs, nvcc_threads),
             memory_limit_gb=memory_limit,
         )
         if dry_run:
             for cell in chosen:
                 via = engine.backend_for(cell).name
-                view.log(f"{cell.id} -> {cell.wheel_name} ({via}): {engine.parallelism(cell, 1).reason}")
+                view.log(f"{cell.id} -> {cell.wheel_name} ({via}): {engine.settings(cell, 1).line()}")
             return
         if builder_image_only:
             if not isinstance(engine_backend, DockerBackend):
@@ -234,10 +235,7 @@ def command(
             for toolkit in sorted({c.toolkit for c in mine}, key=str):
                 view.log(f"builder image {toolkit}: {engine_backend.ensure_builder(toolkit, view)}")
             return
-        res = project.matrix.build.resources
-        par = parallel_cells or (
-            None if res.parallel_cells == "auto" else res.parallel_cells
-        )  # None: from estimates
+        par = parallel_cells_of(parallel_cells, project.matrix.build.resources)  # None: from estimates
         with build_lock(engine.cache, on_wait=view.log):  # shared: `cache prune` refuses meanwhile
             results = engine.build(chosen, parallel_cells=par)
     console.print(summary_table(results))

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from attnforge.cli.options import requested_settings
 from attnforge.core.docker_cli import Docker
 from attnforge.core.errors import ConfigurationError, NothingToDoError, TestFailure
 from attnforge.core.pins import cpu_torch
@@ -42,7 +43,7 @@ class ImageBuildOptions:
     ngc_standin: bool
     standin_torch: str
     ngc_policy: str
-    max_jobs: int
+    max_jobs: int | None
     no_smoke: bool
     strict_bases: bool
     allow_unpinned_base: bool
@@ -154,7 +155,12 @@ def command() -> None:
     show_default=True,
     help="NGC's bundled flash-attn: replace it with ours (constraint re-pinned) or keep and test it.",
 )
-@click.option("--max-jobs", type=int, default=2, show_default=True, help="MAX_JOBS of the NGC compile.")
+@click.option(
+    "--max-jobs",
+    type=click.IntRange(1),
+    envvar="MAX_JOBS",
+    help="MAX_JOBS of the NGC compile (env MAX_JOBS) [default: build.resources, else from cores and memory].",
+)
 @click.option("--no-smoke", is_flag=True, help="Skip the smoke test (the push then refuses the set).")
 @click.option(
     "--strict-bases",
@@ -190,6 +196,7 @@ def build_cmd(project: Project, /, **options: Any) -> None:
     )
     from attnforge.images.credentials import resolve_credentials
     from attnforge.images.ngc import NGC_IMAGE_TEMPLATE, STANDIN_TEMPLATE
+    from attnforge.images.project_data import optional_matrix
     from attnforge.images.push import push_set
     from attnforge.images.runtime_image import BuildOptions, build_set, git_revision
 
@@ -218,8 +225,19 @@ def build_cmd(project: Project, /, **options: Any) -> None:
     pip_plan = plan_pip(torch_index=o.torch_index, options=pip_options, extra_index_urls=list(o.extra_index))
     netrc_file = pip_netrc_of(pip_options, o.netrc)  # kept for the command: its private copy goes with it
     netrc = netrc_file.path()  # the BuildKit secret pip_netrc
+    requested = requested_settings(click.get_current_context(), o.max_jobs, None)
+    matrix = optional_matrix(project, lambda _note: None)  # gather_requests said what is missing
+    resources = matrix.build.resources if matrix else None
     if o.dry_run:
-        lines = dry_run_lines(requests, repository=o.repository, pip_plan=pip_plan, ca_bundle=ca, netrc=netrc)
+        lines = dry_run_lines(
+            requests,
+            repository=o.repository,
+            pip_plan=pip_plan,
+            ca_bundle=ca,
+            netrc=netrc,
+            requested=requested,
+            resources=resources,
+        )
         for line in lines:
             click.echo(line)
         return
@@ -245,7 +263,8 @@ def build_cmd(project: Project, /, **options: Any) -> None:
         pip_options=pip_options,
         flex_cache=o.flex_cache,
         source=ngc_source(project, requests, o.source),
-        max_jobs=o.max_jobs,
+        requested=requested,
+        resources=resources,
         smoke=not o.no_smoke,
         strict_bases=o.strict_bases,
         allow_unpinned=o.allow_unpinned_base,

@@ -372,10 +372,8 @@ class DockerBackend:
             limit_gb = job.memory_limit_gb
         else:
             # MAX_JOBS compilers, the binding that may join a kernel lane, 2 GiB for the rest
-            limit_gb = job.parallelism.job_memory_gb * (job.spec.max_jobs or 1) + BINDING_JOB_GB + 2.0
-            limit_gb = (
-                min(limit_gb, detect_machine().memory_available_gb) if job.parallelism.fits else limit_gb
-            )
+            limit_gb = job.settings.job_memory_gb * (job.spec.max_jobs or 1) + BINDING_JOB_GB + 2.0
+            limit_gb = min(limit_gb, detect_machine().memory_available_gb) if job.settings.fits else limit_gb
         memory = f"{int(limit_gb * GIB)}"
         cmd = [self.docker, "run", "--rm", "--name", self.container_name(job), "--network", "host"]
         cmd += ["--workdir", BUILDER_MOUNT]  # `python -m builder` finds the package there

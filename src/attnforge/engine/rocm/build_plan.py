@@ -22,16 +22,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from attnforge.builder.knobs import TRITON_IMPORT_ENV, ck_env, triton_env
+from attnforge.builder.settings import BuildSettings
 from attnforge.core.errors import ConfigurationError
-from attnforge.engine.resources import (
-    JobMemoryTable,
-    Machine,
-    Parallelism,
-    choose_parallelism,
-    detect_machine,
-)
+from attnforge.engine.resources import JobMemoryTable, Machine, detect_machine
+from attnforge.engine.settings import Requested, resolve_settings
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.compat import CompatData
+from attnforge.matrix.schema import ResourcesSpec
 
 Backend = Literal["ck", "triton"]
 
@@ -94,26 +91,22 @@ def rocm_parallelism(
     machine: Machine | None = None,
     table: JobMemoryTable | None = None,
     max_jobs: int | None = None,
-    reserve_gb: float = 2.0,
+    resources: ResourcesSpec | None = None,
+    reserve_gb: float | None = None,
     share: int = 1,
-) -> Parallelism:
-    """MAX_JOBS from the same scheduler as CUDA builds; Triton compiles nothing, so 1.
+) -> BuildSettings:
+    """A ROCm cell's settings from the one resolver (`engine.settings`); Triton compiles nothing, so 1 job.
 
     hipcc compiles a unit's offload arches one after the other (no --threads like nvcc), so a job's
-    memory is one arch's: the scheduler gets threads=1 (the per-arch figure is `rocmX.x/full`).
+    memory is one arch's: the resolver gives it threads=1 (the per-arch figure is `rocmX.x/full`).
     """
-    if backend_of(cell) == "triton":
-        return Parallelism(
-            1, 1, 0.0, "triton backend: no device code is compiled at build time -> MAX_JOBS=1"
-        )
-    per_arch, _src = (table or JobMemoryTable()).per_arch_gb(str(cell.toolkit), "full")
-    return choose_parallelism(
-        machine or detect_machine(),
-        len(cell.arches),
-        per_arch,
+    return resolve_settings(
+        cell,
+        resources or ResourcesSpec(),
+        Requested.of(max_jobs),
+        machine=machine or detect_machine(),
+        table=table or JobMemoryTable(),
         reserve_gb=reserve_gb,
-        max_jobs=max_jobs,
-        nvcc_threads=1,
         share=share,
     )
 
@@ -191,7 +184,7 @@ def plan_rocm_build(
     cell: Cell,
     *,
     data: CompatData | None = None,
-    parallelism: Parallelism | None = None,
+    settings: BuildSettings | None = None,
     machine: Machine | None = None,
 ) -> RocmBuildPlan:
     """The build plan of a ROCm cell; ConfigurationError when the cell cannot be built as asked."""
@@ -202,7 +195,7 @@ def plan_rocm_build(
     index = torch_index_name(cell, data)
     requirement = f"torch=={cell.torch}"  # the rocmX.Y index serves it as X.Y.Z+rocmX.Y
     if backend == "triton":
-        par = parallelism or rocm_parallelism(cell)
+        par = settings or rocm_parallelism(cell)
         env = triton_env(local_version=cell.local_version, cxx11_abi=cell.cxx11_abi)
         return RocmBuildPlan(
             cell.id,
@@ -219,7 +212,7 @@ def plan_rocm_build(
             dict(TRITON_IMPORT_ENV),
         )
     archs = gpu_archs_value(cell.arches, ck_allowed_gfx(cell, data))
-    par = parallelism or rocm_parallelism(cell, machine=machine)
+    par = settings or rocm_parallelism(cell, machine=machine)
     env = ck_env(
         gpu_archs=archs, max_jobs=par.max_jobs, local_version=cell.local_version, cxx11_abi=cell.cxx11_abi
     )
@@ -239,7 +232,7 @@ def plan_rocm_build(
 
 
 def build_env(
-    cell: Cell, parallelism: Parallelism | None = None, data: CompatData | None = None
+    cell: Cell, settings: BuildSettings | None = None, data: CompatData | None = None
 ) -> dict[str, str]:
     """Just the environment (what a builder sets on top of its own, after removing `builder.knobs.ROCM_ENV_TO_CLEAR`)."""
-    return dict(plan_rocm_build(cell, data=data, parallelism=parallelism).env)
+    return dict(plan_rocm_build(cell, data=data, settings=settings).env)
