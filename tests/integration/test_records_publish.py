@@ -37,6 +37,7 @@ REPORT = {
     "torch": "2.9.1+rocm6.4",
     "wheel": WHEEL,
     "profile": "triton",
+    "python": "cp311",
     "passed": 12,
     "failed": 0,
     "skipped": 1,

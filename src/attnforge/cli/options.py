@@ -40,3 +40,16 @@ records_url_option = click.option(
     "`records` folder of a pypiserver destination): --verify checks the records there, and `which` reads each "
     "candidate's manifest there (its variant and GPU arches); default: beside the wheel in the index.",
 )
+
+
+def index_url_checked(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An --index-url (or $ATTNFORGE_INDEX_URL) as given, once `core.index_urls` found no secret it cannot
+    keep out of messages (a query-string token: ConfigurationError naming the option, never the value)."""
+    from attnforge.core.index_urls import split_auth
+
+    if value:
+        split_auth(
+            value,
+            f"--{param.name.replace('_', '-') if param.name else 'index-url'} (or $ATTNFORGE_INDEX_URL)",
+        )
+    return value

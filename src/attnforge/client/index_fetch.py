@@ -16,19 +16,36 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
+from attnforge.core.errors import ConfigurationError
+from attnforge.core.index_urls import redact_urls, split_auth
+
 CONNECT_TIMEOUT_S = 5.0
 TOTAL_BUDGET_S = 30.0
 MAX_PAGE_BYTES = 64 * 1024 * 1024  # a project page of 100,000 wheels is ~30 MB of JSON
 
 
+_command_deadline: tuple[float, float] | None = None  # (monotonic end, seconds) shared by a whole command
+
+
+def share_deadline(seconds: float) -> None:
+    """Bound every IndexReader of this process (made after or before) by one total of `seconds` from now:
+    a command that reads the index several times (doctor --verify) spends one budget, not one per reader."""
+    global _command_deadline
+    _command_deadline = (time.monotonic() + seconds, seconds)
+
+
 @dataclass(eq=False)
 class IndexFault(Exception):
-    """One failed request: `kind` is refused | timeout | unreachable | http | not-found | bad-response."""
+    """One failed request: `kind` is refused | timeout | unreachable | http | not-found | bad-response |
+    bad-url."""
 
     kind: str
     url: str
     detail: str
     status: int | None = None
+
+    def __post_init__(self) -> None:
+        self.url = redact_urls(self.url)  # a user's password or token never reaches a message
 
     def __str__(self) -> str:
         return f"{self.detail} ({self.url})"
@@ -48,20 +65,40 @@ class IndexReader:
     notes: list[str] = field(default_factory=list)
     _deadline: float | None = field(default=None, repr=False)
 
+    shared: bool = True  # bounded by the command's deadline too (`share_deadline`)
+
     def remaining(self) -> float:
         if self._deadline is None:
             self._deadline = time.monotonic() + self.total_s
-        return self._deadline - time.monotonic()
+        left = self._deadline - time.monotonic()
+        if self.shared and _command_deadline is not None:
+            left = min(left, _command_deadline[0] - time.monotonic())
+        return left
+
+    def _budget(self) -> float:
+        if self.shared and _command_deadline is not None:
+            return min(self.total_s, _command_deadline[1])
+        return self.total_s
 
     def _timeout(self, url: str) -> float:
         left = self.remaining()
         if left <= 0:
-            raise IndexFault("timeout", url, f"the {self.total_s:g} s budget for reading the index is spent")
+            raise IndexFault(
+                "timeout", url, f"the {self._budget():g} s budget for reading the index (--timeout) is spent"
+            )
         return min(self.connect_s, left)
 
     def get(self, url: str, accept: str | None = None, max_bytes: int = MAX_PAGE_BYTES) -> tuple[bytes, str]:
-        """(body, Content-Type) of `url`, at most `max_bytes` long; IndexFault naming what went wrong."""
-        req = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+        """(body, Content-Type) of `url`, at most `max_bytes` long; IndexFault naming what went wrong. A
+        user and password in the URL go into an Authorization header, never into a message."""
+        headers = {"Accept": accept} if accept else {}
+        try:
+            plain, auth = split_auth(url, "the index URL")
+        except ConfigurationError as exc:
+            raise IndexFault("bad-url", url, exc.message) from None
+        if auth is not None:
+            headers["Authorization"] = auth.header()
+        req = urllib.request.Request(plain, headers=headers)
         timeout = self._timeout(url)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:

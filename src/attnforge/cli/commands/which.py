@@ -9,9 +9,10 @@ from pathlib import Path
 
 import click
 
-from attnforge.cli.options import records_url_option, trusted_key_option
+from attnforge.cli.options import index_url_checked, records_url_option, trusted_key_option
 from attnforge.client.index_fetch import CONNECT_TIMEOUT_S, TOTAL_BUDGET_S, IndexReader
 from attnforge.core.errors import ConfigurationError, NothingToDoError
+from attnforge.core.index_urls import redact_urls
 from attnforge.core.kernels import KERNELS
 from attnforge.matrix.project import Project
 
@@ -38,7 +39,7 @@ def _verify(
         records_url,
     )
     for line in lines:
-        click.echo(f"{line.status:<4} {line.name}: {line.detail}", err=True)
+        click.echo(f"{line.status:<4} {line.name}: {redact_urls(line.detail)}", err=True)
     failed = [line for line in lines if line.status == "fail"]
     if failed:
         raise RecordRefused(f"{filename}: " + "; ".join(f"{f.name}: {f.detail}" for f in failed))
@@ -49,6 +50,7 @@ def _verify(
     "--index-url",
     default=lambda: os.environ.get("ATTNFORGE_INDEX_URL", "http://127.0.0.1:8000"),
     show_default="$ATTNFORGE_INDEX_URL or http://127.0.0.1:8000",
+    callback=index_url_checked,
     help="The index root (holding all/ and <variant>/), a folder, or a simple/ URL.",
 )
 @click.option("--python", "python", help="Inspect this interpreter's environment (default: attnforge's own).")
@@ -124,19 +126,19 @@ def command(
         _verify(project, index_url, kernel, res.choice.filename, trusted_key, reader, records_url)
     fmt = "json" if as_json else fmt
     if fmt == "json":
-        click.echo(json.dumps(res.to_json(), indent=2))
+        click.echo(redact_urls(json.dumps(res.to_json(), indent=2)))
     else:
         for line in res.explanation:
-            click.echo(line, err=True)
+            click.echo(redact_urls(line), err=True)
         if fmt == "uv" and res.choice is not None:
             if res.uv is None:
                 raise ConfigurationError(
                     f"--format uv: {index_url} is not an attnforge index root (no all/simple/ tree)",
                     hint="give the root that holds all/ and the variant folders",
                 )
-            click.echo(res.uv, nl=False)
+            click.echo(redact_urls(res.uv), nl=False)
         elif res.command:
-            click.echo(res.command)
+            click.echo(redact_urls(res.command))
     if res.choice is None:
         raise NothingToDoError(
             "no wheel in the index fits this environment"
