@@ -13,6 +13,7 @@ server's wheels get their records in the destination's `records` folder (`publis
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -50,8 +51,25 @@ def _bundle(wheel: Path) -> Bundle:
     check_matches_wheel(wheel, data)
     if not data.get("variant"):
         raise PublishError(f"{wheel.name}: manifest has no variant")
-    wheel_claims.check(wheel, data)
     return Bundle(wheel=wheel, manifest=data)
+
+
+def check_claims(bundles: Sequence[Bundle]) -> None:
+    """The wheels' own names (file name, METADATA) agree with their manifests (`wheels.wheel_claims`).
+    Called after the record gates: nothing inside an archive is inflated before its signature held, and
+    then only within `zip_limits`' cap."""
+    for b in bundles:
+        wheel_claims.check(b.wheel, b.manifest)
+
+
+def _regular_file(path: Path) -> None:
+    """Refuse a FIFO, socket or device named *.whl: opening one would wait for a writer forever."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise PublishError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise PublishError(f"{path}: not a regular file (a FIFO, socket or device named like a wheel)")
 
 
 def collect_bundles(sources: Iterable[Path], exclude: Sequence[Path] = ()) -> list[Bundle]:
@@ -63,6 +81,8 @@ def collect_bundles(sources: Iterable[Path], exclude: Sequence[Path] = ()) -> li
         if src.is_file():
             wheels.append(src)
             continue
+        if src.exists() and not src.is_dir():
+            _regular_file(src)
         if not src.is_dir():
             raise ConfigurationError(f"{src}: no such wheel or folder")
         for root, dirs, files in os.walk(src):
@@ -72,6 +92,7 @@ def collect_bundles(sources: Iterable[Path], exclude: Sequence[Path] = ()) -> li
             )
             for f in sorted(files):
                 if f.endswith(".whl"):
+                    _regular_file(here / f)
                     finalized = (here / (f + MANIFEST_SUFFIX)).is_file()
                     (wheels if finalized else unfinalized).append(here / f)
     seen: set[Path] = set()
@@ -192,6 +213,7 @@ def publish(
     the keys records are accepted from (`signing_keys.trusted_keys`)."""
     check_build_records(bundles, trusted, allow_unsigned, log, warn or log)
     apply_parity_gate(bundles, dest, label, skip_parity_gate, log, warn, trusted)
+    check_claims(bundles)
     if dest.kind == "static":
         index = open_static(dest, base, plan)
         if dry_run:
