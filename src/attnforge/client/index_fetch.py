@@ -15,6 +15,8 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
 
 from attnforge.core.errors import ConfigurationError
 from attnforge.core.index_urls import redact_urls, split_auth
@@ -34,10 +36,29 @@ def share_deadline(seconds: float) -> None:
     _command_deadline = (time.monotonic() + seconds, seconds)
 
 
+class _SameHostRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect within the index's host only: another host is a fallback nobody configured
+    (pypiserver's default sends what it lacks to the public index)."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> Any:
+        here, there = urlsplit(req.full_url), urlsplit(newurl)
+        if there.netloc and there.netloc != here.netloc:
+            raise IndexFault(
+                "redirect",
+                req.full_url,
+                f"the index redirects to {there.netloc} (pypiserver's fallback to the public index without "
+                "--disable-fallback?); attnforge reads only the index you name",
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_SameHostRedirects)
+
+
 @dataclass(eq=False)
 class IndexFault(Exception):
     """One failed request: `kind` is refused | timeout | unreachable | http | not-found | bad-response |
-    bad-url."""
+    bad-url | redirect (to another host)."""
 
     kind: str
     url: str
@@ -101,7 +122,7 @@ class IndexReader:
         req = urllib.request.Request(plain, headers=headers)
         timeout = self._timeout(url)
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
+            with _OPENER.open(req, timeout=timeout) as resp:
                 ctype = resp.headers.get("Content-Type", "") if resp.headers else ""
                 chunks: list[bytes] = []
                 size = 0

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from attnforge.builder.parallelism import MAX_JOBS_PER_CORE
 from attnforge.core.kernels import KERNELS
 from attnforge.core.kernels import head_dims as kernel_head_dims
 from attnforge.matrix.destinations import Destination
@@ -229,12 +230,22 @@ class TargetSpec(Strict):
     )
 
 
+COUNT_CEILING = MAX_JOBS_PER_CORE * 256
+
+
 def _count_or_auto(value: Any, least: int) -> Any:
-    """A whole number >= `least`, or "auto"; YAML's true/false and fractions are refused, not converted."""
+    """A whole number from `least` to COUNT_CEILING, or "auto"; YAML's true/false and fractions are
+    refused, not converted."""
     if value == "auto" and isinstance(value, str):
         return value
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ValueError(f"must be a whole number >= {least} or 'auto' (got {value!r})")
+        raise ValueError(f"must be a whole number >= {least} or 'auto' (got {str(value)[:40]!r})")
+    if value > COUNT_CEILING:
+        raise ValueError(
+            f"{value:,} is more than any build machine runs at once (at most {COUNT_CEILING:,}: "
+            f"{MAX_JOBS_PER_CORE} jobs per core of a {COUNT_CEILING // MAX_JOBS_PER_CORE}-core machine); "
+            "'auto' picks from this machine's cores and memory"
+        )
     return value
 
 

@@ -57,7 +57,7 @@ def checked_records(path: Path, files: dict[str, Any]) -> dict[str, dict[str, An
             if not isinstance(rec[name], str) or len(rec[name]) > 4096:
                 raise PublishError(f"{where}: `{name}` must be a string")
         for name in _OPTIONAL:
-            if rec.get(name) is not None and not isinstance(rec[name], str):
+            if rec.get(name) is not None and (not isinstance(rec[name], str) or len(rec[name]) > 4096):
                 raise PublishError(f"{where}: `{name}` must be a string or null")
         size = rec.get("size")
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:

@@ -25,6 +25,7 @@ from attnforge.publish.coverage import CoveragePage
 from attnforge.publish.coverage_plan import PlanSnapshot
 from attnforge.publish.index import Bundle, PublishReport, StaticIndex, check_conflicts
 from attnforge.publish.record_gate import check_build_records, parity_verdicts
+from attnforge.publish.server_deadline import Deadline
 from attnforge.wheels import wheel_claims
 from attnforge.wheels.manifest import MANIFEST_SUFFIX, check_matches_wheel, manifest_path_for, read_manifest
 from attnforge.wheels.signing_keys import TrustedKey
@@ -207,10 +208,12 @@ def publish(
     plan: PlanSnapshot | None = None,
     trusted: Sequence[TrustedKey] = (),
     allow_unsigned: bool = False,
+    deadline: Deadline | None = None,
 ) -> PublishReport:
     """Publish finalized wheels to one destination (see the module docstring); `warn` as in
     `apply_parity_gate`; `plan` is what the coverage page of a static index shows as planned; `trusted`:
-    the keys records are accepted from (`signing_keys.trusted_keys`)."""
+    the keys records are accepted from (`signing_keys.trusted_keys`); `deadline`: the total time an index
+    server may take (`server_deadline`)."""
     check_build_records(bundles, trusted, allow_unsigned, log, warn or log)
     apply_parity_gate(bundles, dest, label, skip_parity_gate, log, warn, trusted)
     check_claims(bundles)
@@ -228,7 +231,7 @@ def publish(
 
         assert dest.url is not None
         creds = resolve_credentials(dest, base)
-        report = publish_to_server(dest.url, creds, bundles, log, dry_run=dry_run)
+        report = publish_to_server(dest.url, creds, bundles, log, dry_run=dry_run, deadline=deadline)
         if dry_run:
             return report
         if dest.records:  # the server keeps packages only: the records go where consumers can read them
