@@ -9,11 +9,13 @@ minutes. Proxies and CA bundles come from the environment as for any urllib clie
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,14 +28,33 @@ TOTAL_BUDGET_S = 30.0
 MAX_PAGE_BYTES = 64 * 1024 * 1024  # a project page of 100,000 wheels is ~30 MB of JSON
 
 
-_command_deadline: tuple[float, float] | None = None  # (monotonic end, seconds) shared by a whole command
+@dataclass
+class _Shared:
+    """A command's one budget for reading the index; its clock starts at the first read."""
+
+    seconds: float
+    end: float | None = None
+
+    def remaining(self) -> float:
+        if self.end is None:
+            self.end = time.monotonic() + self.seconds
+        return self.end - time.monotonic()
 
 
-def share_deadline(seconds: float) -> None:
-    """Bound every IndexReader of this process (made after or before) by one total of `seconds` from now:
-    a command that reads the index several times (doctor --verify) spends one budget, not one per reader."""
-    global _command_deadline
-    _command_deadline = (time.monotonic() + seconds, seconds)
+_shared: _Shared | None = None
+
+
+@contextlib.contextmanager
+def shared_deadline(seconds: float) -> Iterator[None]:
+    """Inside the block, every IndexReader is bounded by one total of `seconds` as well (counted from the
+    first read): a command that reads the index several times (doctor --verify) spends one budget, not one
+    per reader."""
+    global _shared
+    saved, _shared = _shared, _Shared(seconds)
+    try:
+        yield
+    finally:
+        _shared = saved
 
 
 class _SameHostRedirects(urllib.request.HTTPRedirectHandler):
@@ -86,26 +107,26 @@ class IndexReader:
     notes: list[str] = field(default_factory=list)
     _deadline: float | None = field(default=None, repr=False)
 
-    shared: bool = True  # bounded by the command's deadline too (`share_deadline`)
+    shared: bool = True  # bounded by the command's deadline too (`shared_deadline`)
 
     def remaining(self) -> float:
         if self._deadline is None:
             self._deadline = time.monotonic() + self.total_s
         left = self._deadline - time.monotonic()
-        if self.shared and _command_deadline is not None:
-            left = min(left, _command_deadline[0] - time.monotonic())
+        if self.shared and _shared is not None:
+            left = min(left, _shared.remaining())
         return left
 
     def _budget(self) -> float:
-        if self.shared and _command_deadline is not None:
-            return min(self.total_s, _command_deadline[1])
+        if self.shared and _shared is not None:
+            return min(self.total_s, _shared.seconds)
         return self.total_s
 
     def _timeout(self, url: str) -> float:
         left = self.remaining()
         if left <= 0:
             raise IndexFault(
-                "timeout", url, f"the {self._budget():g} s budget for reading the index (--timeout) is spent"
+                "timeout", url, f"the {self._budget():g} s budget for reading the index is spent (--timeout)"
             )
         return min(self.connect_s, left)
 

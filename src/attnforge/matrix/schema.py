@@ -239,7 +239,7 @@ def _count_or_auto(value: Any, least: int) -> Any:
     if value == "auto" and isinstance(value, str):
         return value
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ValueError(f"must be a whole number >= {least} or 'auto' (got {str(value)[:40]!r})")
+        raise ValueError(f"must be a whole number >= {least} or 'auto' (got {value!r})")
     if value > COUNT_CEILING:
         raise ValueError(
             f"{value:,} is more than any build machine runs at once (at most {COUNT_CEILING:,}: "

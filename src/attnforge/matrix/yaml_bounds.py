@@ -5,7 +5,6 @@ one silently) are refused too. Every refusal is a ConfigurationError naming file
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +23,7 @@ class Limits:
     max_bytes: int = 1024 * 1024
     max_depth: int = 64
     max_aliases: int = 1000
-    max_number_chars: int = 40  # a numeric scalar: 10**39 is beyond any count or version a matrix holds
+    max_number_chars: int = 100  # a numeric scalar: 10**99 is beyond any count or version a matrix holds
     max_nodes: int = 100_000  # scalars + sequences + mappings, every alias counted as what it expands to
 
 
@@ -134,14 +133,16 @@ def _check_total(total: int, event: Any, filename: str, limits: Limits) -> None:
         )
 
 
-_NUMBER = re.compile(r"^[-+]?(?:0[xob])?[0-9a-fA-F_:.]+(?:[eE][-+]?[0-9]+)?$")
+_RESOLVER = yaml.resolver.Resolver()
+_NUMERIC = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 
 
 def _number(event: Any, filename: str, limits: Limits) -> None:
-    """Refuse a plain scalar that YAML reads as a number longer than `limits.max_number_chars` (Python
-    refuses to convert integers of over 4,300 digits; no matrix field needs a tenth of that)."""
+    """Refuse a scalar that YAML reads as a number longer than `limits.max_number_chars` (Python refuses
+    to convert integers of over 4,300 digits; no matrix field needs a fortieth of that)."""
     value = event.value
-    if not event.style and len(value) > limits.max_number_chars and _NUMBER.match(value):
+    long_plain = len(value) > limits.max_number_chars and event.implicit[0]
+    if long_plain and _RESOLVER.resolve(yaml.ScalarNode, value, event.implicit) in _NUMERIC:  # type: ignore[no-untyped-call]
         raise ConfigurationError(
             f"{where(filename, event.start_mark)}: a number of {len(value):,} characters (at most "
             f"{limits.max_number_chars})"

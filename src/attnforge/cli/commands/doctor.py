@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from attnforge.cli.options import index_url_checked, records_url_option, trusted_key_option
-from attnforge.client.index_fetch import TOTAL_BUDGET_S, share_deadline
+from attnforge.client.index_fetch import TOTAL_BUDGET_S, shared_deadline
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.core.index_urls import redact_urls
 from attnforge.core.kernels import KERNELS
@@ -77,20 +77,24 @@ def command(
         raise ConfigurationError(
             "--verify needs the index the wheel came from: --index-url or $ATTNFORGE_INDEX_URL"
         )
-    share_deadline(timeout)
-    data, checks = run_doctor(python, kernel, index_url)
-    if verify and index_url:
-        from attnforge.client.record_check import verify_installed
-        from attnforge.core.errors import RecordRefused
-        from attnforge.wheels.signing_keys import project_signing, trusted_keys
+    with shared_deadline(timeout):  # the yank check and --verify's records: one budget
+        data, checks = run_doctor(python, kernel, index_url)
+        if verify and index_url:
+            from attnforge.client.record_check import verify_installed
+            from attnforge.core.errors import RecordRefused
+            from attnforge.wheels.signing_keys import project_signing, trusted_keys
 
-        try:
-            lines = verify_installed(
-                python, index_url, kernel, trusted_keys(project_signing(project), trusted_key), records_url
-            )
-            checks += [Check(f"records: {x.name}", x.status, x.detail) for x in lines]
-        except RecordRefused as exc:
-            checks.append(Check("records", "fail", str(exc)))
+            try:
+                lines = verify_installed(
+                    python,
+                    index_url,
+                    kernel,
+                    trusted_keys(project_signing(project), trusted_key),
+                    records_url,
+                )
+                checks += [Check(f"records: {x.name}", x.status, x.detail) for x in lines]
+            except RecordRefused as exc:
+                checks.append(Check("records", "fail", str(exc)))
     if as_json:
         click.echo(redact_urls(json.dumps({"probe": data, "checks": [c.__dict__ for c in checks]}, indent=2)))
     else:
