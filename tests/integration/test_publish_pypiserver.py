@@ -78,7 +78,18 @@ def record_parity(wheel: Path, passed: bool = True) -> None:
     report = wheel.parent / "parity.json"
     counts = {"passed": 12, "failed": 0} if passed else {"passed": 9, "failed": 3}
     report.write_text(
-        json.dumps({"device": "NVIDIA H100", "torch": "2.14.1", "skipped": 0, "cases": [], **counts})
+        json.dumps(
+            {
+                "device": "NVIDIA H100",
+                "torch": "2.14.1",
+                "wheel": wheel.name,  # what the run tested: the record binds it (docs/records.md)
+                "python": "cp311",
+                "profile": "full",
+                "skipped": 0,
+                "cases": [],
+                **counts,
+            }
+        )
     )
     cli(
         "parity",

@@ -126,6 +126,17 @@ def test_a_listing_that_drips_stops_at_the_deadline(tmp_path: Path) -> None:
         assert time.monotonic() - start < 4.0
 
 
+def test_a_server_that_never_answers_costs_the_deadline_named(tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path / "in", "cu130torch2.14cxx11abiTRUE")
+    with tcp_server(lambda conn: time.sleep(30)) as url:
+        start = time.monotonic()
+        with pytest.raises(PublishError, match=r"GET .*: not done within the 2 s deadline \(--timeout\)"):
+            publish_to_server(
+                url, Credentials(None), [bundle], lambda m: None, deadline=Deadline(2.0, "--timeout")
+            )
+        assert time.monotonic() - start < 4.0
+
+
 def test_publish_cli_names_its_timeout(tmp_path: Path, run_cli: Run, monkeypatch: pytest.MonkeyPatch) -> None:
     code, _, err = run_cli("publish", "--help")
     assert code == 0 and "--timeout" in err + _ and "ATTNFORGE_PUBLISH_TIMEOUT" in err + _

@@ -57,17 +57,27 @@ def bounded_request(
     session: Any, method: str, url: str, deadline: Deadline, *, max_bytes: int = MAX_BODY_BYTES, **kw: Any
 ) -> tuple[int, dict[str, str], bytes]:
     """(status, headers, body) of one request within `deadline` (redirects not followed: the caller
-    decides); PublishError on the deadline or an oversized body. requests' own errors pass through."""
+    decides); PublishError on the deadline, a silent server or an oversized body; requests' other errors
+    pass through."""
+    import requests
+
     doing = f"{method} {url}"
     left = deadline.left(doing)
-    resp = session.request(
-        method,
-        url,
-        stream=True,
-        allow_redirects=False,
-        timeout=(min(CONNECT_S, left), min(READ_S, left)),
-        **kw,
-    )
+    try:
+        resp = session.request(
+            method,
+            url,
+            stream=True,
+            allow_redirects=False,
+            timeout=(min(CONNECT_S, left), min(READ_S, left)),
+            **kw,
+        )
+    except requests.RequestException as exc:
+        if deadline.remaining() < 1.0:
+            raise deadline.expired(doing) from None
+        if isinstance(exc, requests.Timeout):
+            raise PublishError(f"{doing}: no answer within {min(READ_S, left):.0f} s") from None
+        raise
     try:
         body = bytearray()
         while True:

@@ -66,8 +66,9 @@ def tested_from_report(
 ) -> dict[str, str]:
     """The `tested` block a signed predicate carries, from a checked report about the wheel `wheel_name`
     with bytes `sha256`; ConfigurationError naming the first field the report does not bind."""
+    by_bytes = rep.get("wheel_sha256") == sha256  # a run that recorded the bytes it tested names them
     tested = {
-        "wheel": rep.get("wheel") or "",
+        "wheel": rep.get("wheel") or (wheel_name if by_bytes else ""),
         "sha256": rep.get("wheel_sha256") or sha256,
         "python": rep.get("python") or "",
         "torch": rep.get("torch") or "",
