@@ -4,7 +4,10 @@ connection refused, timeout, unreachable host, HTTP status, not found, a respons
 
 Every request gets at most `connect_s` seconds to connect and for each read, and all requests of one
 `IndexReader` share `total_s` seconds: a server that accepts and never answers costs `connect_s`, not
-minutes. Proxies and CA bundles come from the environment as for any urllib client.
+minutes; inside `shared_deadline` every reader of a command shares one budget too. A user and password in
+the URL become an Authorization header and never reach a message (`core.index_urls`); a redirect to another
+host (pypiserver's fallback to the public index) is refused. Proxies and CA bundles come from the environment
+as for any urllib client.
 """
 
 from __future__ import annotations
