@@ -383,3 +383,20 @@ def test_pip_conf_urls_over_several_lines_are_each_scrubbed(
     with pytest.raises(ConfigurationError) as err:
         pip_options(PipSpec())
     assert "this machine's pip config (index-url)" in err.value.message and TOKEN not in err.value.message
+
+
+def test_a_token_in_matrix_yaml_or_records_url_is_refused(
+    tmp_path: Path, run_cli: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attnforge.matrix.file import parse_matrix
+    from tests.unit.test_hostile_trust import GOOD
+
+    text = GOOD + f'build: {{pip: {{extra_index_urls: ["https://x.internal/simple/?token={TOKEN}"]}}}}\n'
+    with pytest.raises(ConfigurationError) as err:
+        parse_matrix(text, "matrix.yaml")
+    assert "entry 0 carries credentials" in err.value.message and TOKEN not in err.value.message
+    monkeypatch.chdir(tmp_path)
+    code, out, err_text = run_cli("which", "--records-url", f"http://127.0.0.1:9/r/?api_key={TOKEN}")
+    assert (
+        code == 2 and "--records-url (or $ATTNFORGE_RECORDS_URL)" in err_text and TOKEN not in out + err_text
+    )

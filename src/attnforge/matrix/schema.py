@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from attnforge.builder.parallelism import MAX_JOBS_PER_CORE
+from attnforge.core.index_urls import secret_params
 from attnforge.core.kernels import KERNELS
 from attnforge.core.kernels import head_dims as kernel_head_dims
 from attnforge.matrix.destinations import Destination
@@ -298,11 +299,12 @@ PIP_CREDENTIALS_HINT = (
 
 
 def _credentialed(url: str) -> bool:
+    """A user or password in the URL, or a secret in its query string (`core.index_urls`)."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return False
-    return bool(parts.username or parts.password)
+    return bool(parts.username or parts.password or secret_params(url))
 
 
 class PipSpec(Strict):
