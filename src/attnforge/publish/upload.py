@@ -3,7 +3,9 @@
 All or nothing as far as a server allows: every wheel is checked first (its bytes, its metadata as
 twine reads it, and against what the server already holds); then each is uploaded; if one fails,
 the files this run uploaded are removed again (pypiserver's `remove_pkg`) and the report says what
-is left. The password never appears in a log line or an exception text.
+is left. The password never appears in a log line or an exception text. The whole conversation runs under
+one deadline (`server_deadline`): listings are read within it, each upload runs in a child process
+stopped at it, and a redirect to another host (pypiserver's fallback to the public index) is refused.
 """
 
 from __future__ import annotations
