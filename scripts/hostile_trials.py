@@ -63,18 +63,42 @@ class Row:
     said: str
 
 
+# Runs a command as its grandchild and writes its peak RSS (KB): a process forked from this (large) one would
+# report this one's memory as its own peak (Linux carries the pre-exec high-water mark into ru_maxrss).
+LAUNCHER = """
+import os, signal, sys
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[2], sys.argv[2:])
+signal.signal(signal.SIGTERM, lambda n, f: os.kill(pid, n))
+_, status, usage = os.wait4(pid, 0)
+open(sys.argv[1], "w").write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def launch(cmd: list[str], rss: Path, **kw: Any) -> subprocess.Popen[Any]:
+    """`cmd` through LAUNCHER (its peak RSS in KB lands in `rss`), in a process group of its own."""
+    return subprocess.Popen([sys.executable, "-c", LAUNCHER, str(rss), *cmd], start_new_session=True, **kw)
+
+
+def peak_mb(rss: Path) -> float:
+    return int(rss.read_text() or 0) / 1024 if rss.is_file() else float("nan")
+
+
 def run(
     args: list[str], cwd: Path, log: Path, timeout: float = 120, env: dict[str, str] | None = None
 ) -> Row:
     """One `attnforge ARGS` process in `cwd`, measured; its stderr and stdout kept in `log`."""
     full = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]), **(env or {})}
     cmd = [sys.executable, "-m", "attnforge.cli", *args]
+    rss = log.with_suffix(".rss")
     start = time.monotonic()
     with log.open("w") as fh:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=full, stdout=fh, stderr=subprocess.STDOUT)
-        while (done := os.wait4(proc.pid, os.WNOHANG))[0] == 0:
+        proc = launch(cmd, rss, cwd=cwd, env=full, stdout=fh, stderr=subprocess.STDOUT)
+        while proc.poll() is None:
             if time.monotonic() - start > timeout:
-                proc.kill()
+                os.killpg(proc.pid, 9)
             time.sleep(0.01)
     seconds = time.monotonic() - start
     text = log.read_text()
@@ -82,8 +106,7 @@ def run(
         (line for line in reversed(text.splitlines()) if "error" in line or "fail" in line), text[-200:]
     )
     shown = "attnforge " + " ".join(a if len(a) < 80 else a[:40] + "..." for a in args)
-    code = os.waitstatus_to_exitcode(done[1])
-    return Row("", redact_urls(shown), code, seconds, done[2].ru_maxrss / 1024, redact_urls(said.strip()))
+    return Row("", redact_urls(shown), proc.returncode, seconds, peak_mb(rss), redact_urls(said.strip()))
 
 
 @contextlib.contextmanager
@@ -297,6 +320,15 @@ def trials(work: Path) -> list[Row]:
                 work / "doctor-drip.log",
             ),
         )
+    root = project("fallback")
+    wheel_set(root / "wheels")
+    with _default_pypiserver(root) as pypi_url:
+        (root / "matrix.yaml").write_text(MATRIX.format(url=pypi_url))
+        add(
+            "publish to a default pypiserver (no --disable-fallback)",
+            run(["publish", "--to", "drip", "--allow-unsigned"], root, work / "fallback.log"),
+        )
+    add("serve: 500 idle connections, GET /a%00b, a reset mid-download", _serve_trial(work))
     # 6. numbers
     root = project("numbers")
     for name, text in (
@@ -323,6 +355,83 @@ def trials(work: Path) -> list[Row]:
     name = next((root / "wheels").glob("*.whl")).name
     add("yank --reason <100 KB>", run(["yank", name, "--reason", "x" * 102_400], root, work / "yank.log"))
     return rows
+
+
+@contextlib.contextmanager
+def _default_pypiserver(root: Path) -> Iterator[str]:
+    """pypiserver as `pypi-server run` starts it by default: a project it lacks redirects to pypi.org."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (root / "packages").mkdir()
+    exe = Path(sys.executable).parent / "pypi-server"
+    cmd = [str(exe), "run", "-i", "127.0.0.1", "-p", str(port), "-a", ".", "-P", ".", "--server", "wsgiref"]
+    with (root / "pypiserver.log").open("w") as log:
+        proc = subprocess.Popen([*cmd, str(root / "packages")], stdout=log, stderr=log)
+    try:
+        for _ in range(100):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _serve_trial(work: Path) -> Row:
+    """`attnforge serve --idle-timeout 2` on a published index: 500 silent connections, a NUL path, a client
+    that resets mid-download; then SIGTERM. Measured as `run` measures, what it said from its log."""
+    root = work / "serve"
+    root.mkdir()
+    b = make_bundle(root / "in", "cu130torch2.14cxx11abiTRUE", body=os.urandom(8 << 20))
+    from attnforge.publish.index import StaticIndex
+
+    StaticIndex(root / "index").publish([b])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+    args = ["serve", "--port", "0", "--idle-timeout", "2", "index"]
+    log = work / "serve.log"
+    start = time.monotonic()
+    with log.open("w") as err:
+        proc = launch(
+            [sys.executable, "-m", "attnforge.cli", *args],
+            log.with_suffix(".rss"),
+            cwd=root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline().rsplit(":", 1)[-1].strip("/\n"))
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(500)]
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"GET /a%00b HTTP/1.0\r\n\r\n")
+            nul = s.recv(100).split(b"\r\n")[0].decode()
+        conn = socket.create_connection(("127.0.0.1", port))
+        conn.sendall(f"GET /all/simple/flash-attn/{b.filename} HTTP/1.0\r\n\r\n".encode())
+        conn.recv(1000)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        conn.close()
+        time.sleep(4)
+        closed = 0
+        for c in idle:
+            c.settimeout(1)
+            with contextlib.suppress(OSError):
+                closed += c.recv(1) == b""
+            c.close()
+        proc.terminate()
+        proc.wait(30)
+    text = log.read_text()
+    said = (
+        f"`{nul}` for /a%00b; {closed} of 500 idle connections closed by the server after 2 s; "
+        f"tracebacks in its log: {text.count('Traceback')}; the reset: "
+        + next(
+            (line.split(" ", 1)[1] for line in text.splitlines() if "connection ended" in line), "(no line)"
+        )
+    )
+    peak = peak_mb(log.with_suffix(".rss"))
+    return Row("", "attnforge " + " ".join(args), proc.returncode, time.monotonic() - start, peak, said)
 
 
 def _closed_port() -> int:
@@ -383,6 +492,9 @@ def main() -> int:
     args = ap.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="attnforge-trials-"))
     rows = trials(work)
+    for r in rows:  # this machine's folders are not part of what a trial shows
+        for path, name in ((str(work), "$WORK"), (str(Path.home()), "~")):
+            r.said, r.command = r.said.replace(path, name), r.command.replace(path, name)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
     body = (
         f"{BEGIN}\n_Generated by `scripts/hostile_trials.py` on {stamp} ({os.cpu_count()} cores, Python "

@@ -169,6 +169,8 @@ def index_root(directory: Path) -> Path:
 class IndexServer(ThreadingHTTPServer):
     """A threaded server whose per-connection failures are one log line, never a traceback."""
 
+    request_queue_size = 128  # connections waiting to be accepted (socketserver's default is 5)
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         exc = sys.exc_info()[1]
         if isinstance(exc, (ConnectionError, TimeoutError)):
