@@ -213,7 +213,9 @@ def test_an_edited_manifest_is_refused(project: Path, tmp_path: Path) -> None:
     wheel = copy_set(project, tmp_path / "variant")
     save_manifest(wheel, {**manifest_of(wheel), "variant": "cu128-torch2.8"})
     err = refused(project, wheel)
-    assert "variant: the wheel says rocm6.4-torch2.9, the manifest says cu128-torch2.8" in err
+    # the signed provenance is checked first (before the archive is opened): it names the edit
+    assert "its manifest differs from the signed provenance" in err
+    assert "variant: manifest 'cu128-torch2.8', signed 'rocm6.4-torch2.9'" in err
     # an input the file name does not show: the signed provenance does
     wheel = copy_set(project, tmp_path / "arches")
     data = manifest_of(wheel)
