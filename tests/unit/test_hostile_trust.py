@@ -206,18 +206,17 @@ def test_parity_record_cli_refuses_bad_reports_and_other_wheels(
 # ------------------------------------------------------------------------------ the archive: bounded, after signatures
 
 
-def zip_bomb(folder: Path, inflated: int) -> Any:
-    """A wheel whose METADATA inflates to `inflated` bytes of a header and then spaces (deflate: ~1/1000),
-    with a hand-written manifest matching its bytes."""
+def zip_bomb(folder: Path, inflated: int, member: str = "/METADATA", block: bytes = b" " * (1 << 20)) -> Any:
+    """A wheel whose `member` (METADATA by default) inflates to `inflated` bytes of its own text and then
+    `block` repeated (spaces: deflate ~1/1000), with a hand-written manifest matching its bytes."""
     b = make_bundle(folder, "cu130torch2.14cxx11abiTRUE")
     bomb = b.wheel.with_suffix(".tmp")
     with zipfile.ZipFile(b.wheel) as src, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as dst:
         for info in src.infolist():
-            if info.filename.endswith("/METADATA"):
+            if info.filename.endswith(member):
                 with dst.open(info.filename, "w", force_zip64=True) as fh:
                     fh.write(src.read(info).rstrip(b"\n") + b"\nDescription: ")
-                    block = b" " * (1 << 20)
-                    for _ in range(inflated >> 20):
+                    for _ in range(inflated // len(block)):
                         fh.write(block)
             else:
                 dst.writestr(info.filename, src.read(info))
@@ -266,10 +265,22 @@ def test_a_metadata_zip_bomb_is_refused_before_it_is_inflated(tmp_path: Path) ->
     assert code == 7 and "no signed build provenance" in err and "Traceback" not in err, err
     code, err, took, peak_mb = run_measured([*cmd, "--allow-unsigned"], tmp_path)
     assert code == 7 and "Traceback" not in err, err
-    assert f"METADATA inflates to {(300 << 20) + 150:,}" in err or "METADATA inflates to " in err
-    assert "over the 16,777,216 a member may hold" in err, err
+    assert "METADATA inflates to " in err and "(at most 4,294,967,296 bytes, 200x above" in err, err
     assert took < 5 and peak_mb < 200, (took, peak_mb)
     assert not (tmp_path / "index").exists()
+
+
+def test_every_member_is_bounded_by_the_directory_and_the_read(tmp_path: Path) -> None:
+    from attnforge.wheels import wheel_claims
+    from attnforge.wheels.zip_limits import read_member
+
+    bomb = zip_bomb(tmp_path / "a", 64 << 20, member="__init__.py")  # another member: 64 MiB of spaces
+    with pytest.raises(PublishError, match=r"flash_attn/__init__.py inflates to 67,108,\d+ bytes from"):
+        wheel_claims.check(bomb.wheel, bomb.manifest)
+    # a METADATA that compresses like text (no bomb by ratio), over the cap a member may hold
+    text = zip_bomb(tmp_path / "b", 17 << 20, block=os.urandom(1 << 19).hex().encode())
+    with zipfile.ZipFile(text.wheel) as zf, pytest.raises(PublishError, match="over the 16,777,216 a member"):
+        read_member(text.wheel, zf, next(n for n in zf.namelist() if n.endswith("/METADATA")))
 
 
 def test_a_fifo_named_like_a_wheel_is_refused_not_waited_on(tmp_path: Path) -> None:
