@@ -341,7 +341,7 @@ def test_failed_publish_leaves_the_old_index_byte_identical(
     before = tree_digest(index)
     gens_before = sorted(p.name for p in (project / "wheels").iterdir())
     # a real bad input: a truncated wheel whose manifest matches its (broken) bytes, so it passes the
-    # manifest checks and fails while the new generation is being written
+    # manifest checks; its signed provenance (checked before the archive is opened) refuses it
     bad_dir = tmp_path / "bad"
     bad = copy_wheel(wheel213, bad_dir)
     copy_wheel(wheel214, bad_dir / "more")  # an unchanged file in the same run
@@ -351,7 +351,7 @@ def test_failed_publish_leaves_the_old_index_byte_identical(
     bad.with_name(bad.name + ".manifest.json").write_text(json.dumps(data))
     proc = cli("publish", "--to", "local", bad_dir, cwd=project, check=False)
     assert proc.returncode == 7, proc
-    assert "not a readable wheel" in proc.stderr
+    assert "the wheel's bytes changed after it was signed" in proc.stderr
     assert tree_digest(index) == before
     assert sorted(p.name for p in (project / "wheels").iterdir()) == gens_before  # no half-written tree left
 

@@ -77,8 +77,20 @@ def record_parity(wheel: Path, passed: bool = True) -> None:
     docs/records.md); the report is written here, the cases ran on a GPU elsewhere."""
     report = wheel.parent / "parity.json"
     counts = {"passed": 12, "failed": 0} if passed else {"passed": 9, "failed": 3}
+    inputs = json.loads(wheel.with_name(wheel.name + ".manifest.json").read_text())["inputs"]
     report.write_text(
-        json.dumps({"device": "NVIDIA H100", "torch": "2.14.1", "skipped": 0, "cases": [], **counts})
+        json.dumps(
+            {
+                "device": "NVIDIA H100",
+                "torch": inputs["torch"],  # the run's torch is the wheel's: the record binds it
+                "wheel": wheel.name,
+                "python": "cp311",
+                "profile": "full",
+                "skipped": 0,
+                "cases": [],
+                **counts,
+            }
+        )
     )
     cli(
         "parity",

@@ -37,6 +37,7 @@ REPORT = {
     "torch": "2.9.1+rocm6.4",
     "wheel": WHEEL,
     "profile": "triton",
+    "python": "cp311",
     "passed": 12,
     "failed": 0,
     "skipped": 1,
@@ -212,7 +213,9 @@ def test_an_edited_manifest_is_refused(project: Path, tmp_path: Path) -> None:
     wheel = copy_set(project, tmp_path / "variant")
     save_manifest(wheel, {**manifest_of(wheel), "variant": "cu128-torch2.8"})
     err = refused(project, wheel)
-    assert "variant: the wheel says rocm6.4-torch2.9, the manifest says cu128-torch2.8" in err
+    # the signed provenance is checked first (before the archive is opened): it names the edit
+    assert "its manifest differs from the signed provenance" in err
+    assert "variant: manifest 'cu128-torch2.8', signed 'rocm6.4-torch2.9'" in err
     # an input the file name does not show: the signed provenance does
     wheel = copy_set(project, tmp_path / "arches")
     data = manifest_of(wheel)
@@ -339,3 +342,63 @@ def test_doctor_verifies_the_installed_wheel(published: Path, project: Path, tmp
         checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
         assert checks["records"]["status"] == "fail" and "not a trusted key" in checks["records"]["detail"]
     assert sys.executable  # the dev venv's pip installed into the fresh venv (pip_install)
+
+
+def test_a_parity_record_signed_for_another_wheel_is_refused_everywhere(
+    project: Path, tmp_path: Path
+) -> None:
+    """The trusted key's signature over a pass that names another wheel (torch 2.11, hd64128, cp312; what
+    `parity record` signed from a foreign report before the binding): publish, `which --verify` and
+    `doctor --verify` each refuse it, naming the field."""
+    from attnforge.wheels.records import write_parity_record
+    from attnforge.wheels.signing_keys import load_signer
+
+    other = "flash_attn-2.8.3+cu130torch2.11cxx11abiTRUE.hd64128-cp312-cp312-linux_x86_64.whl"
+    report = {**REPORT, "wheel": other, "torch": "2.11.0+cu130", "profile": "hd64128", "python": "cp312"}
+    (tmp_path / "other.json").write_text(json.dumps(report))
+    wheel = copy_set(project, tmp_path / "set")
+    proc = attnforge(
+        "parity", "record", f"{wheel}.manifest.json", "--report", tmp_path / "other.json", cwd=project
+    )
+    assert (
+        proc.returncode == 2
+        and f"the parity report was not made for {WHEEL}: wheel: tested {other}" in proc.stderr
+    )
+    key = load_signer(project / "keys" / "site.pem", "test")
+    sha = manifest_of(wheel)["sha256"]
+    forged = {"passed": True, "gpu": REPORT["device"], "counts": {"passed": 12, "failed": 0}}
+    tested = {"wheel": other, "sha256": sha, "python": "cp312", "torch": "2.11.0+cu130", "profile": "hd64128"}
+    write_parity_record(wheel, sha, {**forged, "tested": {**tested, "gpu": "NVIDIA H100"}}, key)
+    err = refused(project, wheel)
+    assert "the signed run did not test this wheel: wheel: tested " + other in err
+    # the index an attacker can write to: a genuine publish, then the served record replaced by the forged one
+    proc = attnforge(
+        "publish", "--to", tmp_path / "site", copy_set(project, tmp_path / "genuine"), cwd=project
+    )
+    assert proc.returncode == 0, proc.stderr
+    for variant in (VARIANT, "all"):
+        served = tmp_path / "site" / variant / "simple" / "flash-attn" / (WHEEL + ".parity.intoto.json")
+        served.write_bytes(wheel.with_name(WHEEL + ".parity.intoto.json").read_bytes())
+    venv.create(tmp_path / "env", with_pip=False, symlinks=True)
+    py = tmp_path / "env" / "bin" / "python"
+    with attnforge_serve(tmp_path / "site", tmp_path / "serve.log") as served_index:
+        url = served_index.url
+        proc = attnforge(
+            "which",
+            "--verify",
+            "--index-url",
+            url,
+            "--torch",
+            "2.9.1+rocm6.4",
+            "--profile",
+            "triton",
+            cwd=project,
+        )
+        assert proc.returncode == 7, (proc.returncode, proc.stderr)
+        assert "the signed run did not test this wheel: wheel: tested " + other in proc.stderr
+        install = pip_install(py, "--no-deps", "--index-url", f"{url}/{VARIANT}/simple", "flash-attn")
+        assert install.returncode == 0, install.stderr
+        proc = attnforge("doctor", "--verify", "--json", "--python", py, "--index-url", url, cwd=project)
+        checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+        assert proc.returncode == 5 and checks["records"]["status"] == "fail"
+        assert "the signed run did not test this wheel: wheel: tested " + other in checks["records"]["detail"]

@@ -50,6 +50,7 @@ PARITY_REPORT = {
     "torch": "2.14.1+cu130",
     "wheel": f"flash_attn-{V214}-cp311-cp311-linux_x86_64.whl",
     "profile": "full",
+    "python": "cp311",
     "passed": 12,
     "failed": 0,
     "skipped": 1,

@@ -225,8 +225,10 @@ def test_out_of_range_numbers_are_refused(field: str, value: str) -> None:
 @given(st.integers(-(10**6), 10**6))
 def test_max_jobs_is_accepted_exactly_from_one(n: int) -> None:
     text = GOOD + f"build:\n  resources:\n    max_jobs: {n}\n"
-    if n >= 1:
+    if 1 <= n <= 1024:
         assert parse_matrix(text).build.resources.max_jobs == n
+    elif n > 1024:
+        assert "is more than any build machine runs at once (at most 1,024" in refused(text)
     else:
         assert "max_jobs: must be a whole number >= 1" in refused(text)
 

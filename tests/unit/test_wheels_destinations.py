@@ -73,8 +73,17 @@ def bundle(
     wheel.write_bytes(name.encode())
     sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
     if passed is not None and key is not None:
+        tested = {"wheel": name, "sha256": sha, "python": "cp311", "torch": "2.14.1", "profile": "full"}
         write_parity_record(
-            wheel, sha, {"passed": passed, "gpu": "H100", "counts": {"failed": 0 if passed else 3}}, key
+            wheel,
+            sha,
+            {
+                "passed": passed,
+                "gpu": "H100",
+                "counts": {"failed": 0 if passed else 3},
+                "tested": {**tested, "gpu": "H100"},
+            },
+            key,
         )
     return Bundle(wheel=wheel, manifest={"sha256": sha, "parity": {"passed": manifest_says}})
 

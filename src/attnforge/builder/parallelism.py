@@ -18,6 +18,7 @@ from pathlib import Path
 from .settings import FROM_AUTO, BuildSettings
 
 GIB = 1024**3
+MAX_JOBS_PER_CORE = 4  # explicit MAX_JOBS above cores x this is capped (matrix.yaml refuses above 1,024)
 DEFAULT_JOB_GB = 4.5  # one flash-attn compile job per arch, when nothing measured says otherwise
 DEFAULT_RESERVE_GB = 2.0  # memory left to the rest of the machine
 # the binding (flash_api.cpp, host code against torch's headers) beside a kernel lane's MAX_JOBS compilers:
@@ -157,6 +158,12 @@ def choose_parallelism(
     threads = nvcc_threads or max(1, min(arches, 4, cores))
     if planner is not None and max_jobs is None and nvcc_threads is None:
         jobs, threads, why = planner(cores, mem)
+    elif max_jobs is not None and max_jobs > cores * MAX_JOBS_PER_CORE:
+        jobs = cores * MAX_JOBS_PER_CORE
+        why = (
+            f"MAX_JOBS {max_jobs:,} given, capped at {MAX_JOBS_PER_CORE} per core: every compile job needs a "
+            "core, more only wait and hold memory"
+        )
     elif max_jobs is not None:
         jobs = max_jobs
         why = "MAX_JOBS given explicitly"

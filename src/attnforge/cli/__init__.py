@@ -12,6 +12,7 @@ import click
 from attnforge import __version__
 from attnforge.cli import commands
 from attnforge.core.errors import AttnforgeError, InterruptedByUser
+from attnforge.core.index_urls import redact_urls
 from attnforge.matrix.project import Project
 
 
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=argv, prog_name="attnforge", standalone_mode=False)
     except AttnforgeError as exc:
-        click.secho(f"attnforge: error: {exc}", err=True, fg="red")
+        click.secho(f"attnforge: error: {redact_urls(str(exc))}", err=True, fg="red")
         return exc.exit_code
     except click.exceptions.Abort:
         click.secho("attnforge: interrupted", err=True, fg="red")

@@ -37,6 +37,7 @@ static_destination_option = click.option(
 
 records_url_option = click.option(
     "--records-url",
+    callback=lambda ctx, param, value: index_url_checked(ctx, param, value),
     default=lambda: os.environ.get("ATTNFORGE_RECORDS_URL"),
     show_default="$ATTNFORGE_RECORDS_URL",
     help="Where the wheels' signed records and manifests are, as <URL>/<project>/<wheel><suffix> (the served "
@@ -67,3 +68,19 @@ def requested_settings(ctx: click.Context, max_jobs: int | None, nvcc_threads: i
         return Given(value, FROM_ENVIRONMENT if from_env else FROM_COMMAND_LINE)
 
     return Requested(given("max_jobs", max_jobs), given("nvcc_threads", nvcc_threads))
+
+
+_URL_ENV = {"index_url": "ATTNFORGE_INDEX_URL", "records_url": "ATTNFORGE_RECORDS_URL"}
+
+
+def index_url_checked(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An index URL option (or its environment variable) as given, once `core.index_urls` found no secret
+    it cannot keep out of messages (a query-string token: ConfigurationError naming the option, never the
+    value)."""
+    from attnforge.core.index_urls import split_auth
+
+    if value:
+        name = param.name or "index_url"
+        env = f" (or ${_URL_ENV[name]})" if name in _URL_ENV else ""
+        split_auth(value, f"--{name.replace('_', '-')}{env}")
+    return value

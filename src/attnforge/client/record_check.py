@@ -135,7 +135,7 @@ def verify_offered(
     if parity_raw is None:
         lines.append(RecordLine("parity", "warn", "no signed parity record beside the wheel"))
     else:
-        pred = verify_parity(wheel.filename, wheel.sha256, parity_raw, trusted).predicate
+        pred = verify_parity(wheel.filename, wheel.sha256, parity_raw, trusted, manifest).predicate
         counts = pred.get("counts") or {}
         status = "ok" if pred.get("passed") is True else "fail"
         lines.append(
@@ -215,7 +215,7 @@ def verify_installed(
     reader = IndexReader()
     wheel = offered(index_url, project, _same_wheel(dist), reader)
     lines = verify_offered(wheel, trusted, reader, records_url)
-    body = _fetch(IndexReader(total_s=WHEEL_BUDGET_S), wheel.url, MAX_WHEEL_BYTES)
+    body = _fetch(IndexReader(total_s=WHEEL_BUDGET_S, shared=False), wheel.url, MAX_WHEEL_BYTES)
     if body is None:
         raise RecordRefused(f"{wheel.url}: not found")
     digest = hashlib.sha256(body).hexdigest()

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from attnforge.core.errors import ConfigurationError, PublishError
+from attnforge.core.index_urls import redact_urls, secret_params
 from attnforge.core.secrets import check_secret, redact
 
 __all__ = ["Credentials", "Destination", "ad_hoc", "redact", "resolve_credentials"]
@@ -58,8 +59,8 @@ class Destination(BaseModel):
                 raise ValueError(f"a '{self.kind}' destination needs 'url'")
             parts = urlsplit(self.url)
             if self.kind == "pypiserver" and parts.scheme not in ("http", "https"):
-                raise ValueError(f"url {self.url!r} must be http:// or https://")
-            if parts.username or parts.password:
+                raise ValueError(f"url {redact_urls(self.url)!r} must be http:// or https://")
+            if parts.username or parts.password or secret_params(self.url):
                 raise ValueError(
                     "put credentials in username_env/password_env or password_file, not in the url"
                 )

@@ -9,6 +9,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from attnforge.builder.parallelism import MAX_JOBS_PER_CORE
+from attnforge.core.index_urls import secret_params
 from attnforge.core.kernels import KERNELS
 from attnforge.core.kernels import head_dims as kernel_head_dims
 from attnforge.matrix.ci_section import CiSection
@@ -230,12 +232,22 @@ class TargetSpec(Strict):
     )
 
 
+COUNT_CEILING = MAX_JOBS_PER_CORE * 256
+
+
 def _count_or_auto(value: Any, least: int) -> Any:
-    """A whole number >= `least`, or "auto"; YAML's true/false and fractions are refused, not converted."""
+    """A whole number from `least` to COUNT_CEILING, or "auto"; YAML's true/false and fractions are
+    refused, not converted."""
     if value == "auto" and isinstance(value, str):
         return value
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise ValueError(f"must be a whole number >= {least} or 'auto' (got {value!r})")
+    if value > COUNT_CEILING:
+        raise ValueError(
+            f"{value:,} is more than any build machine runs at once (at most {COUNT_CEILING:,}: "
+            f"{MAX_JOBS_PER_CORE} jobs per core of a {COUNT_CEILING // MAX_JOBS_PER_CORE}-core machine); "
+            "'auto' picks from this machine's cores and memory"
+        )
     return value
 
 
@@ -288,11 +300,12 @@ PIP_CREDENTIALS_HINT = (
 
 
 def _credentialed(url: str) -> bool:
+    """A user or password in the URL, or a secret in its query string (`core.index_urls`)."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return False
-    return bool(parts.username or parts.password)
+    return bool(parts.username or parts.password or secret_params(url))
 
 
 class PipSpec(Strict):

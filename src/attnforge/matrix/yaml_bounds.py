@@ -23,6 +23,7 @@ class Limits:
     max_bytes: int = 1024 * 1024
     max_depth: int = 64
     max_aliases: int = 1000
+    max_number_chars: int = 100  # a numeric scalar: 10**99 is beyond any count or version a matrix holds
     max_nodes: int = 100_000  # scalars + sequences + mappings, every alias counted as what it expands to
 
 
@@ -83,6 +84,7 @@ def check_events(text: str, filename: str, limits: Limits = LIMITS) -> None:
                 size = sizes.get(event.anchor or "", 1)  # an undefined alias: the composer names it
                 total = _add(stack, size, total, event, filename, limits)
             elif isinstance(event, yaml.ScalarEvent):
+                _number(event, filename, limits)
                 if stack and stack[-1].is_mapping and stack[-1].children % 2 == 0:
                     _key(stack[-1], event, filename)
                 if event.anchor is not None:
@@ -128,6 +130,22 @@ def _check_total(total: int, event: Any, filename: str, limits: Limits) -> None:
             f"{where(filename, event.start_mark)}: the document grows past {limits.max_nodes:,} nodes"
             + (f" at alias *{event.anchor} (an alias bomb?)" if alias else "")
             + f" (limit max_nodes = {limits.max_nodes:,}, aliases counted expanded)"
+        )
+
+
+_RESOLVER = yaml.resolver.Resolver()
+_NUMERIC = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+
+def _number(event: Any, filename: str, limits: Limits) -> None:
+    """Refuse a scalar that YAML reads as a number longer than `limits.max_number_chars` (Python refuses
+    to convert integers of over 4,300 digits; no matrix field needs a fortieth of that)."""
+    value = event.value
+    long_plain = len(value) > limits.max_number_chars and event.implicit[0]
+    if long_plain and _RESOLVER.resolve(yaml.ScalarNode, value, event.implicit) in _NUMERIC:  # type: ignore[no-untyped-call]
+        raise ConfigurationError(
+            f"{where(filename, event.start_mark)}: a number of {len(value):,} characters (at most "
+            f"{limits.max_number_chars})"
         )
 
 

@@ -2,7 +2,7 @@
 
 ``parity.json``::
 
-    {"device", "torch", "wheel", "profile", "passed", "failed", "skipped",
+    {"device", "torch", "wheel", "profile", "python", "wheel_sha256", "passed", "failed", "skipped",
      "cases": [{"kernel", "dtype", "shape", "max_err", "ratio_vs_torch", "ok"}, ...]}
 
 ``cases`` holds every case that ran (skipped ones are counted, with their reasons in the Markdown and
@@ -14,13 +14,25 @@ from __future__ import annotations
 import json
 import math
 import platform
+import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
-JSON_KEYS = ("device", "torch", "wheel", "profile", "passed", "failed", "skipped", "cases")
+JSON_KEYS = (
+    "device",
+    "torch",
+    "wheel",
+    "profile",
+    "python",
+    "wheel_sha256",
+    "passed",
+    "failed",
+    "skipped",
+    "cases",
+)
 CASE_KEYS = ("kernel", "dtype", "shape", "max_err", "ratio_vs_torch", "ok")
 
 
@@ -86,6 +98,8 @@ class Report:
     wheel: str | None
     profile: str | None
     results: list[Result] = field(default_factory=list)
+    wheel_sha256: str | None = None
+    python: str = field(default_factory=lambda: f"cp{sys.version_info[0]}{sys.version_info[1]}")
 
     def add(self, r: Result) -> Result:
         self.results.append(r)
@@ -105,6 +119,8 @@ class Report:
             "torch": self.torch,
             "wheel": self.wheel,
             "profile": self.profile,
+            "python": self.python,
+            "wheel_sha256": self.wheel_sha256,
             "passed": self.count(PASSED),
             "failed": self.count(FAILED),
             "skipped": self.count(SKIPPED),

@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> tuple[Report, int]:
         torch=torch.__version__,
         wheel=args.wheel or (f"{dist} {full_version}" if full_version else None),
         profile=prof.describe() if fa is not None or manifest else None,
+        wheel_sha256=args.wheel_sha256,
     )
     suites = [s for s in args.suites.split(",") if s]
     log = _logger(args)
@@ -233,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out", default="reports/gpu", help="folder for parity.json / parity.md / parity.junit.xml"
     )
     ap.add_argument("--wheel", help="the wheel's file name, for the report")
+    ap.add_argument("--wheel-sha256", help="the wheel's sha256, for the report (what a signed record binds)")
     ap.add_argument(
         "--manifest", help="the wheel's <wheel>.manifest.json (profile source; parity recorded there)"
     )

@@ -19,6 +19,8 @@ from attnforge.core.errors import ConfigurationError
 from attnforge.engine.env_probe import nvidia_driver
 from attnforge.parity.parity_report import FAILED, PASSED, SKIPPED, Report, Result
 from attnforge.parity.parity_run import wheel_passed
+from attnforge.wheels.manifest import MANIFEST_SUFFIX, read_manifest
+from attnforge.wheels.parity_binding import load_report, tested_from_report
 from attnforge.wheels.records import write_parity_record
 from attnforge.wheels.signing_keys import SiteKey
 
@@ -33,17 +35,21 @@ def _suites(results: list[Result]) -> list[dict[str, Any]]:
     return out
 
 
-def predicate(report_json: Path, results_json: Path | None, report_ref: str | None = None) -> dict[str, Any]:
-    """The parity predicate of one run (module docstring)."""
-    try:
-        raw = report_json.read_bytes()
-        rep = json.loads(raw)
-    except (OSError, ValueError) as exc:
-        raise ConfigurationError(f"{report_json}: not a readable parity report: {exc}") from None
+def predicate(
+    report_json: Path,
+    results_json: Path | None,
+    report_ref: str | None = None,
+    tested_wheel: tuple[str, str] | None = None,
+    manifest: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The parity predicate of one run (module docstring); with `tested_wheel` (file name, sha256) the run's
+    report must be about that wheel and the predicate binds it (`tested`)."""
+    rep = load_report(report_json)
+    raw = report_json.read_bytes()
     totals = {k: int(rep.get(k) or 0) for k in (PASSED, FAILED, SKIPPED)}
     suites: list[dict[str, Any]]
     if results_json is not None and results_json.is_file():
-        results = [Result(**d) for d in json.loads(results_json.read_text(encoding="utf-8"))]
+        results = _results(results_json)
         report = Report(
             str(rep.get("device")), str(rep.get("torch")), rep.get("wheel"), rep.get("profile"), results
         )
@@ -54,7 +60,9 @@ def predicate(report_json: Path, results_json: Path | None, report_ref: str | No
         kernels = sorted({str(c.get("kernel")) for c in rep.get("cases") or [] if isinstance(c, dict)})
         suites = [{"name": k} for k in kernels]
     driver = nvidia_driver() or {}
+    bound = {} if tested_wheel is None else {"tested": tested_from_report(rep, *tested_wheel, manifest)}
     return {
+        **bound,
         "passed": passed,
         "suites": suites,
         "counts": totals,
@@ -81,5 +89,17 @@ def sign_run(
     """Sign the run's predicate about `wheel`'s bytes; (the record's path, the predicate)."""
     if not wheel.is_file():
         raise ConfigurationError(f"{wheel}: no such wheel to sign a parity record about")
-    pred = predicate(report_json, results_json, report_ref)
-    return write_parity_record(wheel, sha256_file(wheel), pred, key), pred
+    sha256 = sha256_file(wheel)
+    manifest_path = wheel.with_name(wheel.name + MANIFEST_SUFFIX)
+    manifest = read_manifest(manifest_path) if manifest_path.is_file() else None
+    pred = predicate(report_json, results_json, report_ref, (wheel.name, sha256), manifest)
+    return write_parity_record(wheel, sha256, pred, key), pred
+
+
+def _results(path: Path) -> list[Result]:
+    """The run's per-case results file, checked; ConfigurationError naming it otherwise."""
+    try:
+        data = json.loads(path.read_bytes()[: 256 * 1024 * 1024])
+        return [Result(**d) for d in data]
+    except (OSError, ValueError, TypeError, RecursionError) as exc:
+        raise ConfigurationError(f"{path}: not a parity results file ({str(exc)[:80]})") from None

@@ -44,8 +44,10 @@ from urllib.parse import quote
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from attnforge.core.errors import ConfigurationError, PublishError
+from attnforge.publish.index_marker import checked_records, read_marker, safe_variant
 from attnforge.wheels.manifest import dumps
 from attnforge.wheels.records import RECORD_SUFFIXES
+from attnforge.wheels.zip_limits import read_member
 
 MARKER = "attnforge-index.json"
 ALL = "all"
@@ -216,7 +218,7 @@ def core_metadata(wheel: Path) -> bytes:
             ]
             if len(candidates) != 1:
                 raise PublishError(f"{wheel.name}: expected one .dist-info/METADATA, found {len(candidates)}")
-            return zf.read(candidates[0])
+            return read_member(wheel, zf, candidates[0])
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
         raise PublishError(f"{wheel.name}: not a readable wheel: {exc}") from None
 
@@ -343,11 +345,8 @@ class StaticIndex:
         gen = gen if gen is not None else self.current()
         if gen is None:
             return {}
-        try:
-            data = json.loads((gen / MARKER).read_text(encoding="utf-8"))
-            return {f: FileRecord(**r) for f, r in data["files"].items()}
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise PublishError(f"{gen / MARKER}: unreadable index record: {exc}") from None
+        path = gen / MARKER
+        return {f: FileRecord(**r) for f, r in checked_records(path, read_marker(path)["files"]).items()}
 
     # -- locking
 
@@ -448,7 +447,7 @@ class StaticIndex:
                         _link_or_copy(current / rel, gen / rel)
         for b in bundles:
             variant = b.variant
-            if variant == ALL or "/" in variant or variant.startswith("."):
+            if variant == ALL or not safe_variant(variant):
                 raise PublishError(f"{b.filename}: invalid variant name {variant!r}")
             home = gen / variant / "simple" / b.project
             size = _copy_verified(b.wheel, home / b.filename, b.sha256)
@@ -532,7 +531,7 @@ class StaticIndex:
                 previous = json.loads((current / MARKER).read_text(encoding="utf-8")).get("previous")
             except (OSError, ValueError):
                 previous = None
-            if isinstance(previous, str) and previous.startswith(self.gen_prefix):
+            if isinstance(previous, str) and previous.startswith(self.gen_prefix) and "/" not in previous:
                 keep.add(self.parent / previous)
         for entry in self.parent.iterdir():
             if entry.name.startswith(f".{self.root.name}.link-"):

@@ -21,10 +21,12 @@ from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.publish.index import HTML_TYPE, JSON_TYPE, MARKER
+
+IDLE_TIMEOUT_S = 30.0  # a connection silent this long is closed (pip keeps one alive between requests)
 
 # (media type a client may ask for, file served, Content-Type answered), in the server's preference
 _CHOICES: list[tuple[str, str, str]] = [
@@ -88,6 +90,8 @@ class IndexHandler(SimpleHTTPRequestHandler):
     """Serves an index folder read-only, negotiating folder pages."""
 
     server_version = "attnforge-index"
+    timeout = IDLE_TIMEOUT_S  # StreamRequestHandler sets it on the socket: every read and write
+
     log_sink: Callable[[str], None] = staticmethod(lambda m: print(m, file=sys.stderr, flush=True))
 
     def inside_root(self, local: Path) -> bool:
@@ -99,6 +103,9 @@ class IndexHandler(SimpleHTTPRequestHandler):
 
     def send_head(self) -> Any:
         parts = urlsplit(self.path)
+        if "\x00" in unquote(parts.path) or "\x00" in parts.path:
+            self.send_error(HTTPStatus.BAD_REQUEST, "bad path")
+            return None
         local = Path(self.translate_path(parts.path))
         if not self.inside_root(local):
             self.send_error(HTTPStatus.NOT_FOUND, "not found")
@@ -159,14 +166,32 @@ def index_root(directory: Path) -> Path:
     return directory
 
 
-def make_server(directory: Path, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
-    """A threaded server for `directory` (a path, followed per request, so a swapped index is seen).
+class IndexServer(ThreadingHTTPServer):
+    """A threaded server whose per-connection failures are one log line, never a traceback."""
+
+    request_queue_size = 128  # connections waiting to be accepted (socketserver's default is 5)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            why = "the client went away" if isinstance(exc, ConnectionError) else "the client went silent"
+        else:
+            why = f"{type(exc).__name__}: {str(exc)[:200]}"
+        IndexHandler.log_sink(f"{client_address[0] if client_address else '?'} connection ended: {why}")
+
+
+def make_server(
+    directory: Path, host: str = "127.0.0.1", port: int = 0, idle_timeout_s: float = IDLE_TIMEOUT_S
+) -> ThreadingHTTPServer:
+    """A threaded server for `directory` (a path, followed per request, so a swapped index is seen); a
+    connection that sends nothing for `idle_timeout_s` seconds (between requests or inside one) is closed.
 
     EnvironmentProblem (exit 5) in one line when it cannot listen: the port in use, not allowed, or an
     address this machine does not have."""
-    handler = partial(IndexHandler, directory=os.fspath(directory))
+    bounded = type("IndexHandler", (IndexHandler,), {"timeout": idle_timeout_s})
+    handler = partial(bounded, directory=os.fspath(directory))
     try:
-        server = ThreadingHTTPServer((host, port), handler)
+        server = IndexServer((host, port), handler)
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             why = "the port is in use (another server?): pass --port N, or --port 0 for any free port"

@@ -79,7 +79,7 @@ def parity_verdicts(bundles: Sequence[Bundle], trusted: Sequence[TrustedKey]) ->
         path = record_path(b.wheel, PARITY_SUFFIX)
         envelope = read_optional(path)
         try:
-            verified = verify_parity(b.filename, b.sha256, envelope, trusted)
+            verified = verify_parity(b.filename, b.sha256, envelope, trusted, b.manifest)
         except RecordRefused as exc:
             if envelope is not None:
                 raise PublishError(f"refused, nothing was published: {exc}") from None

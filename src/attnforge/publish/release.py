@@ -13,6 +13,7 @@ server's wheels get their records in the destination's `records` folder (`publis
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -24,6 +25,7 @@ from attnforge.publish.coverage import CoveragePage
 from attnforge.publish.coverage_plan import PlanSnapshot
 from attnforge.publish.index import Bundle, PublishReport, StaticIndex, check_conflicts
 from attnforge.publish.record_gate import check_build_records, parity_verdicts
+from attnforge.publish.server_deadline import Deadline
 from attnforge.wheels import wheel_claims
 from attnforge.wheels.manifest import MANIFEST_SUFFIX, check_matches_wheel, manifest_path_for, read_manifest
 from attnforge.wheels.signing_keys import TrustedKey
@@ -50,8 +52,25 @@ def _bundle(wheel: Path) -> Bundle:
     check_matches_wheel(wheel, data)
     if not data.get("variant"):
         raise PublishError(f"{wheel.name}: manifest has no variant")
-    wheel_claims.check(wheel, data)
     return Bundle(wheel=wheel, manifest=data)
+
+
+def check_claims(bundles: Sequence[Bundle]) -> None:
+    """The wheels' own names (file name, METADATA) agree with their manifests (`wheels.wheel_claims`).
+    Called after the record gates: nothing inside an archive is inflated before its signature held, and
+    then only within `zip_limits`' cap."""
+    for b in bundles:
+        wheel_claims.check(b.wheel, b.manifest)
+
+
+def _regular_file(path: Path) -> None:
+    """Refuse a FIFO, socket or device named *.whl: opening one would wait for a writer forever."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise PublishError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise PublishError(f"{path}: not a regular file (a FIFO, socket or device named like a wheel)")
 
 
 def collect_bundles(sources: Iterable[Path], exclude: Sequence[Path] = ()) -> list[Bundle]:
@@ -63,6 +82,8 @@ def collect_bundles(sources: Iterable[Path], exclude: Sequence[Path] = ()) -> li
         if src.is_file():
             wheels.append(src)
             continue
+        if src.exists() and not src.is_dir():
+            _regular_file(src)
         if not src.is_dir():
             raise ConfigurationError(f"{src}: no such wheel or folder")
         for root, dirs, files in os.walk(src):
@@ -72,6 +93,7 @@ def collect_bundles(sources: Iterable[Path], exclude: Sequence[Path] = ()) -> li
             )
             for f in sorted(files):
                 if f.endswith(".whl"):
+                    _regular_file(here / f)
                     finalized = (here / (f + MANIFEST_SUFFIX)).is_file()
                     (wheels if finalized else unfinalized).append(here / f)
     seen: set[Path] = set()
@@ -202,12 +224,15 @@ def publish(
     plan: PlanSnapshot | None = None,
     trusted: Sequence[TrustedKey] = (),
     allow_unsigned: bool = False,
+    deadline: Deadline | None = None,
 ) -> PublishReport:
     """Publish finalized wheels to one destination (see the module docstring); `warn` as in
     `apply_parity_gate`; `plan` is what the coverage page of a static index shows as planned; `trusted`:
-    the keys records are accepted from (`signing_keys.trusted_keys`)."""
+    the keys records are accepted from (`signing_keys.trusted_keys`); `deadline`: the total time an index
+    server may take (`server_deadline`)."""
     check_build_records(bundles, trusted, allow_unsigned, log, warn or log)
     apply_parity_gate(bundles, dest, label, skip_parity_gate, log, warn, trusted)
+    check_claims(bundles)
     if dest.kind == "static":
         index = open_static(dest, base, plan)
         if dry_run:
@@ -222,7 +247,7 @@ def publish(
 
         assert dest.url is not None
         creds = resolve_credentials(dest, base)
-        report = publish_to_server(dest.url, creds, bundles, log, dry_run=dry_run)
+        report = publish_to_server(dest.url, creds, bundles, log, dry_run=dry_run, deadline=deadline)
         if dry_run:
             return report
         if dest.records:  # the server keeps packages only: the records go where consumers can read them

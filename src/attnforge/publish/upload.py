@@ -3,7 +3,9 @@
 All or nothing as far as a server allows: every wheel is checked first (its bytes, its metadata as
 twine reads it, and against what the server already holds); then each is uploaded; if one fails,
 the files this run uploaded are removed again (pypiserver's `remove_pkg`) and the report says what
-is left. The password never appears in a log line or an exception text.
+is left. The password never appears in a log line or an exception text. The whole conversation runs under
+one deadline (`server_deadline`): listings are read within it, each upload runs in a child process
+stopped at it, and a redirect to another host (pypiserver's fallback to the public index) is refused.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import multiprocessing
 from collections.abc import Callable, Sequence
+from typing import Any
 from urllib.parse import urljoin
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
@@ -19,16 +23,26 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from attnforge.core.errors import EnvironmentProblem, PublishError
 from attnforge.matrix.destinations import Credentials, redact
 from attnforge.publish.index import Bundle, PublishReport, check_conflicts
+from attnforge.publish.server_deadline import Deadline, bounded_request, fallback_host
 from attnforge.publish.simple_html import sha256_by_name
 from attnforge.wheels.wheelio import read_wheel
 
 Log = Callable[[str], None]
+ROLLBACK_S = 30.0
+
+
+class UploadFailed(Exception):
+    """An upload the child process reported as failed: the HTTP status when there was one."""
+
+    def __init__(self, status: int | None, text: str) -> None:
+        super().__init__(text)
+        self.status = status
 
 
 class ServerPublisher:
     """One upload session to `url` with `creds`."""
 
-    def __init__(self, url: str, creds: Credentials, log: Log) -> None:
+    def __init__(self, url: str, creds: Credentials, log: Log, deadline: Deadline | None = None) -> None:
         try:
             import requests
         except ImportError:  # pragma: no cover - twine depends on requests
@@ -38,6 +52,7 @@ class ServerPublisher:
         self.url = url.rstrip("/") + "/"
         self.creds = creds
         self.log = log
+        self.deadline = deadline or Deadline()
         self.session = requests.Session()
         self.session.trust_env = False  # no proxies or netrc credentials picked up from the environment
         if creds.username and creds.password:
@@ -54,16 +69,25 @@ class ServerPublisher:
 
         page = urljoin(self.url, f"simple/{canonicalize_name(project)}/")
         try:
-            resp = self.session.get(page, timeout=60, headers={"Accept": "text/html"})
+            status, headers, body = bounded_request(
+                self.session, "GET", page, self.deadline, headers={"Accept": "text/html"}
+            )
         except requests.RequestException as exc:
             raise self._fail(f"index {self.url} unreachable", exc) from None
-        if resp.status_code == 404:
+        elsewhere = fallback_host(page, headers.get("Location")) if 300 <= status < 400 else None
+        if elsewhere:
+            raise self._fail(
+                f"index {self.url} redirects to {elsewhere} for a project it does not hold (pypiserver's "
+                "default fallback to the public index); nothing is uploaded or resolved through an index you "
+                "did not name: start the server with --disable-fallback"
+            )
+        if status == 404:
             return {}
-        if resp.status_code in (401, 403):
-            raise self._fail(f"index {self.url} refused the credentials (HTTP {resp.status_code})")
-        if resp.status_code != 200:
-            raise self._fail(f"index {self.url}: GET {page} answered HTTP {resp.status_code}")
-        return sha256_by_name(resp.text)
+        if status in (401, 403):
+            raise self._fail(f"index {self.url} refused the credentials (HTTP {status})")
+        if status != 200:
+            raise self._fail(f"index {self.url}: GET {page} answered HTTP {status}")
+        return sha256_by_name(body.decode("utf-8", "replace"))
 
     def _twine_upload(self, bundle: Bundle) -> None:
         from twine.commands.upload import upload
@@ -88,18 +112,55 @@ class ServerPublisher:
         finally:
             twine_log.propagate, twine_log.handlers = saved[0], saved[1]
 
+    def _upload_within_deadline(self, bundle: Bundle) -> None:
+        """`_twine_upload` in a child process stopped at the deadline (twine's requests carry no total
+        timeout: a server dripping its answer would hold it forever)."""
+        ctx = multiprocessing.get_context("fork")
+        parent, child = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=self._child_upload, args=(bundle, child), daemon=True)
+        proc.start()
+        child.close()
+        try:
+            left = self.deadline.left(f"upload of {bundle.filename}")
+            if not parent.poll(left):
+                raise self.deadline.expired(f"upload of {bundle.filename} to {self.url}")
+            outcome = parent.recv()
+        except EOFError:
+            outcome = ("error", None, f"the upload process ended with code {proc.exitcode}")
+        finally:
+            if proc.is_alive():
+                proc.kill()
+            proc.join(5)
+            parent.close()
+        if outcome[0] != "ok":
+            raise UploadFailed(outcome[1], outcome[2])
+
+    def _child_upload(self, bundle: Bundle, conn: Any) -> None:
+        """The child's side: upload, then send ("ok",) or ("error", HTTP status, redacted text)."""
+        try:
+            self._twine_upload(bundle)
+            conn.send(("ok",))
+        except BaseException as exc:
+            status = getattr(getattr(exc, "response", None), "status_code", None)
+            text = redact(str(exc), self.creds.secrets(), self.creds.username)
+            conn.send(("error", status, f"{type(exc).__name__}: {text}"))
+        finally:
+            conn.close()
+
     def _remove(self, bundle: Bundle) -> bool:
         """pypiserver's `remove_pkg` (every file of name+version); True when the server says done."""
         name, version, _, _ = parse_wheel_filename(bundle.filename)
         try:
-            resp = self.session.post(
+            status, _, _ = bounded_request(
+                self.session,
+                "POST",
                 self.url,
+                Deadline(ROLLBACK_S, "the rollback's own deadline"),  # runs after the main one ran out too
                 data={":action": "remove_pkg", "name": str(name), "version": str(version)},
-                timeout=60,
             )
         except Exception:
             return False
-        return resp.status_code < 300
+        return status < 300
 
     def preflight(self, bundles: Sequence[Bundle]) -> tuple[list[Bundle], list[str], set[tuple[str, str]]]:
         """Check everything before uploading anything: returns (to upload, unchanged, versions present)."""
@@ -137,18 +198,21 @@ class ServerPublisher:
         for bundle in todo:
             self.log(f"uploading {bundle.filename}")
             try:
-                self._twine_upload(bundle)
+                self._upload_within_deadline(bundle)
             except BaseException as exc:
                 kept = self._rollback(done, present)
-                status = getattr(getattr(exc, "response", None), "status_code", None)
+                status = exc.status if isinstance(exc, UploadFailed) else None
                 why = "the credentials were refused" if status in (401, 403) else "upload failed"
                 msg = f"{bundle.filename}: {why}" + (f" (HTTP {status})" if status else "")
+                cause: BaseException | None = exc if status is None else None
+                if isinstance(exc, PublishError):  # the deadline
+                    msg, cause = exc.message, None
                 msg += (f"; rolled back {len(done)} earlier upload(s)" if not kept and done else "") + (
                     f"; still on the server: {', '.join(kept)}" if kept else ""
                 )
                 if not done:
                     msg += "; nothing was published"
-                raise self._fail(msg, exc if status is None else None) from None
+                raise self._fail(msg, cause) from None
             done.append(bundle)
             if bundle.gate == "skipped":
                 report.skipped_gate.append(bundle.filename)
@@ -172,7 +236,13 @@ class ServerPublisher:
 
 
 def publish_to_server(
-    url: str, creds: Credentials, bundles: Sequence[Bundle], log: Log, *, dry_run: bool = False
+    url: str,
+    creds: Credentials,
+    bundles: Sequence[Bundle],
+    log: Log,
+    *,
+    dry_run: bool = False,
+    deadline: Deadline | None = None,
 ) -> PublishReport:
-    """Upload `bundles` to the index at `url` (see the module docstring)."""
-    return ServerPublisher(url, creds, log).publish(bundles, dry_run=dry_run)
+    """Upload `bundles` to the index at `url` (see the module docstring) within `deadline`."""
+    return ServerPublisher(url, creds, log, deadline).publish(bundles, dry_run=dry_run)

@@ -56,12 +56,20 @@ class YankResult:
         return f"{self.filename}: {done} {state} in {self.destination}"
 
 
+MAX_REASON_CHARS = 500
+
+
 def set_yanked(index: StaticIndex, wheel: str, reason: str | None) -> YankResult:
     """Yank `wheel` with `reason`, or unyank it (`reason` None); a no-op when it already is so."""
     filename = wheel_filename(wheel)
     if reason is not None and not reason.strip():
         raise ConfigurationError("--reason is empty: say why the wheel is withdrawn (pip shows it to users)")
     reason = reason.strip() if reason is not None else None
+    if reason is not None and (len(reason) > MAX_REASON_CHARS or "\n" in reason or "\r" in reason):
+        raise ConfigurationError(
+            f"--reason is {len(reason):,} characters{' over several lines' if chr(10) in reason else ''}: "
+            f"one line of at most {MAX_REASON_CHARS} (pip prints it in every install's warning)"
+        )
 
     def change(records: dict[str, FileRecord]) -> list[str]:
         record = _find(records, filename, index.root)

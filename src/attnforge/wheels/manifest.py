@@ -208,6 +208,8 @@ def record_parity(
 
 def record_from_report(manifest: Path, report_json: Path, report_ref: str | None = None) -> dict[str, Any]:
     """Record what a parity.json says: passed when it has no failure and at least one passed case."""
-    rep = json.loads(report_json.read_text(encoding="utf-8"))
+    from attnforge.wheels.parity_binding import load_report
+
+    rep = load_report(report_json)
     passed = int(rep.get("failed", 1)) == 0 and int(rep.get("passed", 0)) > 0
     return record_parity(manifest, passed, str(rep.get("device")), report_ref or str(report_json))

@@ -21,6 +21,7 @@ from typing import Any
 from attnforge.builder.files import atomic_write_bytes
 from attnforge.core.errors import RecordRefused
 from attnforge.wheels import provenance
+from attnforge.wheels.parity_binding import mismatches
 from attnforge.wheels.signing_keys import SiteKey, TrustedKey
 from attnforge.wheels.statements import Verified, dumps, sign, statement, verify
 
@@ -129,18 +130,30 @@ def verify_build(
 
 
 def verify_parity(
-    wheel_name: str, sha256: str, envelope: bytes | None, trusted: Sequence[TrustedKey]
+    wheel_name: str,
+    sha256: str,
+    envelope: bytes | None,
+    trusted: Sequence[TrustedKey],
+    manifest: dict[str, Any] | None = None,
 ) -> Verified:
-    """The parity record is signed by a trusted key and about these bytes (its verdict is the caller's)."""
+    """The parity record is signed by a trusted key, about these bytes, and what it says was tested (wheel,
+    sha256, Python, torch, profile, GPU) is this wheel (`parity_binding`); its verdict is the caller's."""
     what = f"{wheel_name}{PARITY_SUFFIX}"
     if envelope is None:
         raise RecordRefused(
             f"{wheel_name}: no signed parity record ({what}); a manifest's parity.passed is not evidence",
             hint="run `attnforge parity run --wheel WHEEL` on a GPU: it signs the outcome",
         )
-    return verify(
+    verified = verify(
         envelope, trusted, what=what, subject_name=wheel_name, sha256=sha256, predicate_type=PARITY_PREDICATE
     )
+    wrong = mismatches(verified.predicate.get("tested"), wheel_name, sha256, manifest)
+    if wrong:
+        raise RecordRefused(
+            f"{what}: the signed run did not test this wheel: " + "; ".join(wrong[:3]),
+            hint="run `attnforge parity run --wheel WHEEL` on a GPU for this wheel",
+        )
+    return verified
 
 
 def read_optional(path: Path) -> bytes | None:

@@ -21,6 +21,7 @@ from packaging.version import InvalidVersion
 
 from attnforge.core.errors import AttnforgeError, PublishError
 from attnforge.wheels.naming import TORCH_PROJECT, expected_names, parse_local
+from attnforge.wheels.zip_limits import check_directory, read_member
 
 
 @dataclass(frozen=True)
@@ -42,11 +43,12 @@ def _metadata(wheel: Path, project: str, version: str) -> bytes:
     want = f"{canonicalize_name(project).replace('-', '_')}-{version}.dist-info/METADATA".lower()
     try:
         with zipfile.ZipFile(wheel) as zf:
+            check_directory(wheel, zf)
             found = [n for n in zf.namelist() if n.lower() == want]
             if not found:
                 raise PublishError(f"{wheel.name}: no {want} inside the wheel")
-            return zf.read(found[0])
-    except (zipfile.BadZipFile, OSError) as exc:
+            return read_member(wheel, zf, found[0])
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
         raise PublishError(f"{wheel.name}: not a readable wheel: {exc}") from None
 
 

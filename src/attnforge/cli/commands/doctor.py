@@ -8,8 +8,15 @@ from pathlib import Path
 
 import click
 
-from attnforge.cli.options import records_url_option, trusted_key_option, user_python_option
+from attnforge.cli.options import (
+    index_url_checked,
+    records_url_option,
+    trusted_key_option,
+    user_python_option,
+)
+from attnforge.client.index_fetch import TOTAL_BUDGET_S, shared_deadline
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
+from attnforge.core.index_urls import redact_urls
 from attnforge.core.kernels import KERNELS
 from attnforge.matrix.project import Project
 
@@ -30,6 +37,7 @@ _STYLE = {"ok": "green", "fail": "red", "warn": "yellow", "skip": "blue"}
     "--index-url",
     default=lambda: os.environ.get("ATTNFORGE_INDEX_URL"),
     show_default="$ATTNFORGE_INDEX_URL",
+    callback=index_url_checked,
     help=(
         "The attnforge index the wheel came from (root, folder or simple/ URL): warn when the installed "
         "wheel was yanked there since, and with --verify check its signed records (no index: no check)."
@@ -42,6 +50,13 @@ _STYLE = {"ok": "green", "fail": "red", "warn": "yellow", "skip": "blue"}
 )
 @trusted_key_option("With --verify: a public key (PEM) records may be signed with. Repeatable.")
 @records_url_option
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1.0),
+    default=TOTAL_BUDGET_S,
+    show_default=True,
+    help="Seconds for reading the index in all (the yank check and --verify's records share them).",
+)
 @click.pass_obj
 def command(
     project: Project,
@@ -52,6 +67,7 @@ def command(
     verify: bool,
     trusted_key: tuple[Path, ...],
     records_url: str | None,
+    timeout: float,
 ) -> None:
     """Load the kernel's extension (flash_attn_2_cuda, FA3's flash_attn_interface) and compare the wheel's
     recorded build with the user's environment (--python, else the active venv, conda environment or python3
@@ -68,29 +84,31 @@ def command(
         raise ConfigurationError(
             "--verify needs the index the wheel came from: --index-url URL or $ATTNFORGE_INDEX_URL"
         )
-    interp = choose_interpreter(python)
-    data, checks = run_doctor(interp, kernel, index_url)
-    if verify and index_url:
-        from attnforge.client.record_check import verify_installed
-        from attnforge.core.errors import RecordRefused
-        from attnforge.wheels.signing_keys import project_signing, trusted_keys
+    with shared_deadline(timeout):  # the yank check and --verify's records: one budget
+        interp = choose_interpreter(python)
+        data, checks = run_doctor(interp, kernel, index_url)
+        if verify and index_url:
+            from attnforge.client.record_check import verify_installed
+            from attnforge.core.errors import RecordRefused
+            from attnforge.wheels.signing_keys import project_signing, trusted_keys
 
-        try:
-            lines = verify_installed(
-                interp.path,
-                index_url,
-                kernel,
-                trusted_keys(project_signing(project), trusted_key),
-                records_url,
-            )
-            checks += [Check(f"records: {x.name}", x.status, x.detail) for x in lines]
-        except RecordRefused as exc:
-            checks.append(Check("records", "fail", str(exc)))
+            try:
+                lines = verify_installed(
+                    interp.path,
+                    index_url,
+                    kernel,
+                    trusted_keys(project_signing(project), trusted_key),
+                    records_url,
+                )
+                checks += [Check(f"records: {x.name}", x.status, x.detail) for x in lines]
+            except RecordRefused as exc:
+                checks.append(Check("records", "fail", str(exc)))
     if as_json:
-        click.echo(json.dumps({"probe": data, "checks": [c.__dict__ for c in checks]}, indent=2))
+        click.echo(redact_urls(json.dumps({"probe": data, "checks": [c.__dict__ for c in checks]}, indent=2)))
     else:
         for c in checks:
-            click.echo(f"{click.style(f'{c.status:<4}', fg=_STYLE.get(c.status))} {c.name}: {c.detail}")
+            detail = redact_urls(c.detail)
+            click.echo(f"{click.style(f'{c.status:<4}', fg=_STYLE.get(c.status))} {c.name}: {detail}")
     failed = [c for c in checks if c.status == "fail"]
     if failed:
         raise EnvironmentProblem(f"{len(failed)} problem(s): " + "; ".join(c.name for c in failed))

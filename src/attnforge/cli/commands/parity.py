@@ -131,7 +131,9 @@ def run(
         str(project.matrix_path),
     ]
     if wheel is not None:
-        cmd += ["--wheel", wheel.name]
+        from attnforge.builder.files import sha256_file
+
+        cmd += ["--wheel", wheel.name, "--wheel-sha256", sha256_file(wheel)]
     if manifest is not None:
         cmd += ["--manifest", str(manifest)] + (["--record"] if record else [])
     results = out / f"{stem}.results.json"
@@ -197,12 +199,12 @@ def record(
     sign it about the wheel beside the manifest (`<wheel>.parity.intoto.json`)."""
     from attnforge.wheels.manifest import MANIFEST_SUFFIX, record_from_report
 
+    wheel = manifest.with_name(manifest.name.removesuffix(MANIFEST_SUFFIX))
+    if results is None and report.with_name(report.stem + ".results.json").is_file():
+        results = report.with_name(report.stem + ".results.json")
+    _sign(project, wheel, report, results, report_ref)  # refuses a report about another wheel first
     data = record_from_report(manifest, report, report_ref)
     p = data["parity"]
     click.echo(
         f"{manifest.name}: parity {'passed' if p['passed'] else 'FAILED'} on {p['device']} ({p['date']})"
     )
-    wheel = manifest.with_name(manifest.name.removesuffix(MANIFEST_SUFFIX))
-    if results is None and report.with_name(report.stem + ".results.json").is_file():
-        results = report.with_name(report.stem + ".results.json")
-    _sign(project, wheel, report, results, report_ref)

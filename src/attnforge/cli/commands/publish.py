@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
 from attnforge.cli.options import trusted_key_option
 from attnforge.matrix.project import Project
+from attnforge.publish.server_deadline import DEFAULT_TIMEOUT_S, Deadline
 
 
 def _log(message: str) -> None:
@@ -38,6 +40,13 @@ def _warn(message: str) -> None:
     "A public key (PEM) records may be signed with, instead of the configured ones. Repeatable."
 )
 @click.option("--dry-run", is_flag=True, help="Run every check and say what would be published.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1.0),
+    default=lambda: os.environ.get("ATTNFORGE_PUBLISH_TIMEOUT") or DEFAULT_TIMEOUT_S,
+    show_default=f"$ATTNFORGE_PUBLISH_TIMEOUT or {DEFAULT_TIMEOUT_S:g}",
+    help="Seconds an index server may take in all (listing, every upload, the check after).",
+)
 @click.argument("sources", nargs=-1, type=click.Path(exists=True, path_type=Path))
 @click.pass_obj
 def command(
@@ -47,6 +56,7 @@ def command(
     allow_unsigned: bool,
     trusted_key: tuple[Path, ...],
     dry_run: bool,
+    timeout: float,
     sources: tuple[Path, ...],
 ) -> None:
     """Publish finalized wheels (default: the build output folder) to a destination, all or nothing.
@@ -89,5 +99,6 @@ def command(
         plan=snapshot(project) if dest.kind == "static" else None,
         trusted=trusted,
         allow_unsigned=allow_unsigned,
+        deadline=Deadline(timeout, "publish --timeout or $ATTNFORGE_PUBLISH_TIMEOUT"),
     )
     print_report(report, _log)

@@ -31,8 +31,15 @@ def _default_dir(project: Project) -> Path:
     help="TCP port (0 = any free port).",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--idle-timeout",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    show_default=True,
+    help="Seconds a connection may stay silent (between requests or inside one) before it is closed.",
+)
 @click.pass_obj
-def command(project: Project, directory: Path | None, port: int, host: str) -> None:
+def command(project: Project, directory: Path | None, port: int, host: str, idle_timeout: float) -> None:
     """Serve a static index (default: the `local` destination, else wheels/index) until Ctrl-C.
 
     Only a folder `attnforge publish` wrote is served, and only what lies inside it (symlinks out: 404).
@@ -49,7 +56,7 @@ def command(project: Project, directory: Path | None, port: int, host: str) -> N
         click.secho(
             f"warning: serving on {host}: reachable beyond this machine, without authentication", err=True
         )
-    server = make_server(root, host, port)
+    server = make_server(root, host, port, idle_timeout)
 
     def _stop(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt

@@ -138,11 +138,12 @@ def index_cmd(project: Project, sources: tuple[Path, ...], out: Path) -> None:
     from attnforge.publish.coverage import CoveragePage
     from attnforge.publish.coverage_plan import snapshot
     from attnforge.publish.index import StaticIndex
-    from attnforge.publish.release import collect_bundles, default_sources, print_report
+    from attnforge.publish.release import check_claims, collect_bundles, default_sources, print_report
 
     srcs = list(sources) or default_sources(project)
     if not srcs:
         raise ConfigurationError("no wheels given and no build output folder found")
     bundles = collect_bundles(srcs, exclude=[out])
+    check_claims(bundles)
     report = StaticIndex(out, root_page=CoveragePage(snapshot(project))).publish(bundles)
     print_report(report)

@@ -9,9 +9,15 @@ from pathlib import Path
 
 import click
 
-from attnforge.cli.options import records_url_option, trusted_key_option, user_python_option
+from attnforge.cli.options import (
+    index_url_checked,
+    records_url_option,
+    trusted_key_option,
+    user_python_option,
+)
 from attnforge.client.index_fetch import CONNECT_TIMEOUT_S, TOTAL_BUDGET_S, IndexReader
 from attnforge.core.errors import AttnforgeError, ConfigurationError, NothingToDoError
+from attnforge.core.index_urls import redact_urls
 from attnforge.core.kernels import KERNELS
 from attnforge.matrix.project import Project
 
@@ -38,7 +44,7 @@ def _verify(
         records_url,
     )
     for line in lines:
-        click.echo(f"{line.status:<4} {line.name}: {line.detail}", err=True)
+        click.echo(f"{line.status:<4} {line.name}: {redact_urls(line.detail)}", err=True)
     failed = [line for line in lines if line.status == "fail"]
     if failed:
         raise RecordRefused(f"{filename}: " + "; ".join(f"{f.name}: {f.detail}" for f in failed))
@@ -52,6 +58,7 @@ DEFAULT_INDEX = "http://127.0.0.1:8000"  # `attnforge serve`'s address
     "--index-url",
     default=lambda: os.environ.get("ATTNFORGE_INDEX_URL"),
     show_default=f"$ATTNFORGE_INDEX_URL or {DEFAULT_INDEX}",
+    callback=index_url_checked,
     help="The index root (holding all/ and <variant>/), a folder, or a simple/ URL.",
 )
 @user_python_option
@@ -158,19 +165,19 @@ def command(
         _verify(project, index_url, kernel, res.choice.filename, trusted_key, reader, records_url)
     fmt = "json" if as_json else fmt
     if fmt == "json":
-        click.echo(json.dumps(res.to_json(), indent=2))
+        click.echo(redact_urls(json.dumps(res.to_json(), indent=2)))
     else:
         for line in res.explanation:
-            click.echo(line, err=True)
+            click.echo(redact_urls(line), err=True)
         if fmt == "uv" and res.choice is not None:
             if res.uv is None:
                 raise ConfigurationError(
                     f"--format uv: {index_url} is not an attnforge index root (no all/simple/ tree)",
                     hint="give the root that holds all/ and the variant folders",
                 )
-            click.echo(res.uv, nl=False)
+            click.echo(redact_urls(res.uv), nl=False)
         elif res.command:
-            click.echo(res.command)
+            click.echo(redact_urls(res.command))
     if res.choice is None:
         where = inspected.path
         raise NothingToDoError(

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from attnforge.core.index_urls import config_values
 from attnforge.engine.backends.pip_credentials import IndexLogin, NetrcFile, check_netrc, scrub
 from attnforge.matrix.schema import PipSpec
 
@@ -53,7 +54,8 @@ class PipOptions:
 
 
 def host_pip_config() -> dict[str, str]:
-    """`pip config list` as a dict (e.g. global.extra-index-url -> 'file:///a file:///b')."""
+    """`pip config list` as a dict (e.g. global.extra-index-url -> 'file:///a file:///b'): a value pip.conf
+    spells over several lines comes back as a repr with `\\n`, each of its URLs kept apart."""
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
     )
@@ -61,7 +63,7 @@ def host_pip_config() -> dict[str, str]:
     for line in proc.stdout.splitlines():
         key, _, value = line.partition("=")
         if value:
-            config[key.split(".", 1)[-1].split(".")[-1]] = value.strip().strip("'\"")
+            config[key.split(".", 1)[-1].split(".")[-1]] = " ".join(config_values(value))
     return config
 
 
@@ -81,7 +83,7 @@ def pip_options(spec: PipSpec, inherit: dict[str, str] | None = None, base: Path
     ) in settings:  # matrix.yaml's values as they are (schema: no credentials), else the host's
         for value in explicit:
             opts.add(f"--{key}", value)
-        for value in [] if explicit else host.get(key, "").split():
+        for value in [] if explicit else config_values(host.get(key, "")):
             opts.add_scrubbed(f"--{key}", value, f"this machine's pip config ({key})")
     if host.get("constraint"):
         opts.add("--constraint", host["constraint"])

@@ -16,9 +16,10 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from attnforge.core.errors import ConfigurationError
+from attnforge.core.index_urls import split_auth
 from attnforge.core.secrets import check_secret
 
 CONTAINER_NETRC = "/run/secrets/pip_netrc"
@@ -60,22 +61,20 @@ def has_credentials(url: str) -> bool:
 
 
 def scrub(url: str, where: str) -> tuple[str, IndexLogin | None]:
-    """(the URL without its user and password, the netrc entry they make, or None when it had none).
+    """(the URL without its user and password, the netrc entry they make, or None when it had none), by
+    `core.index_urls.split_auth` (a query-string secret or URLs run together are refused).
 
     `where` names the setting for errors (never the URL, which holds the secret)."""
-    parts = urlsplit(url)
-    if not (parts.username or parts.password):
-        return url, None
-    if not parts.hostname or not parts.username or not parts.password:
-        raise ConfigurationError(
-            f"{where}: an index URL with a user but no password (or no host); {NETRC_HINT}"
-        )
-    password = unquote(parts.password)
-    check_secret(password, where)
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname  # an IPv6 address
-    netloc = host + (f":{parts.port}" if parts.port else "")
-    clean = urlunsplit(SplitResult(parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    return clean, IndexLogin(parts.hostname, unquote(parts.username), password)
+    try:
+        clean, auth = split_auth(url, where)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{exc.message}; {NETRC_HINT}") from None
+    if auth is None:
+        return clean, None
+    if not auth.user:
+        raise ConfigurationError(f"{where}: an index URL with a password but no user; {NETRC_HINT}")
+    check_secret(auth.password, where)
+    return clean, IndexLogin(urlsplit(clean).hostname or auth.netloc, auth.user, auth.password)
 
 
 def check_netrc(path: Path, where: str) -> Path:
