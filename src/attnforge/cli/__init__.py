@@ -31,7 +31,7 @@ from attnforge.matrix.project import Project
     type=click.Path(exists=True, dir_okay=False),
     default=None,
     envvar="ATTNFORGE_COMPAT",
-    help="Use this compatibility table instead of the packaged one.",
+    help="A compatibility overlay: its rows replace the packaged rows with the same key, new rows are added.",
 )
 @click.pass_context
 def cli(ctx: click.Context, matrix_path: Path, compat_path: str | None) -> None:
