@@ -221,7 +221,8 @@ def row_key(table: str, row: dict[str, Any]) -> tuple[Any, ...]:
 
 def _read_toml(raw: bytes, name: str) -> dict[str, Any]:
     try:
-        return tomllib.loads(raw.decode("utf-8"))
+        data: dict[str, Any] = tomllib.loads(raw.decode("utf-8"))
+        return data
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigurationError(f"compatibility data {name}: {exc}") from None
 
