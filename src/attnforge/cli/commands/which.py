@@ -117,7 +117,7 @@ def command(
 
     env = Env.from_probe(run_probe(python))
     if torch:
-        env = with_torch(env, torch)
+        env = with_torch(env, torch, project.compat)
     reader = IndexReader(total_s=timeout)
     res = resolve(env, index_url, profile, kernel, reader, records_url)
     if verify and res.choice is not None:
