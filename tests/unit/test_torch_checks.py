@@ -67,7 +67,9 @@ def test_checks_are_bound_to_the_wheel_bytes(tmp_path: Path) -> None:
     wheel, manifest = _wheel(tmp_path)
     sha = str(manifest["sha256"])
     add_check(wheel, sha, CHECK_215)
-    add_check(wheel, sha, TorchCheck("2.15.0+cu132", "3.12", "cpu-import-trace", True, "2026-11-29T00:00:00Z"))
+    add_check(
+        wheel, sha, TorchCheck("2.15.0+cu132", "3.12", "cpu-import-trace", True, "2026-11-29T00:00:00Z")
+    )
     (only,) = read_checks(wheel, sha)  # same torch, Python and kind: replaced
     assert only.date.startswith("2026-11-29") and only.family == "2.15"
     assert read_checks(wheel, "0" * 64) == []  # about other bytes: not this wheel's
@@ -92,7 +94,12 @@ def test_published_wheel_lists_the_newly_checked_torch(tmp_path: Path) -> None:
     assert "checked since its build under torch 2.15.0+cu132" in row["span_label"]
     (entry,) = row["cells"]["*"]
     assert entry["torch_checks"] == [
-        {"torch": "2.15.0+cu132", "python": "3.12", "kind": "cpu-import-trace", "date": "2026-11-28T11:00:00Z"}
+        {
+            "torch": "2.15.0+cu132",
+            "python": "3.12",
+            "kind": "cpu-import-trace",
+            "date": "2026-11-28T11:00:00Z",
+        }
     ]
     assert "torch 2.15.0+cu132" in (index.root / "index.html").read_text()
     # nothing new the third time
