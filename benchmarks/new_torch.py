@@ -115,6 +115,10 @@ def main() -> None:
     trust = ["--trusted-key", str(args.trusted_key.resolve())] if args.trusted_key else []
     sh([*head, "publish", "--to", "local", *trust, str(published)], clone, env, setup)
 
+    pip_cache = Path.home() / ".cache" / "pip"
+    cache_mb = (
+        sum(f.stat().st_size for f in pip_cache.rglob("*") if f.is_file()) >> 20 if pip_cache.is_dir() else 0
+    )
     steps: list[dict[str, Any]] = []
     t0 = time.monotonic()
     index = ["--snapshot", str(args.snapshot.resolve())] if args.snapshot else []
@@ -177,6 +181,10 @@ def main() -> None:
         "total_s": total,
         "wheel": wheel.name,
         "wheel_built_with_torch": manifest["build"].get("torch_build") or inputs.get("torch"),
+        "previous_round_build": {
+            k: manifest["build"].get(k) for k in ("backend", "wall_s", "units_compiled", "cores", "started")
+        },
+        "pip_cache_mb_at_start": cache_mb,
         "torch_215_cells": len(new),
         "torch_215_cells_served_by_that_wheel": len(served),
         "torch_215_cells_to_build": [c["id"] for c in to_build],
