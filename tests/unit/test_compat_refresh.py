@@ -98,3 +98,19 @@ def test_bad_snapshot_is_a_configuration_error(tmp_path: Path, capsys: pytest.Ca
 def test_unreachable_index_is_an_environment_problem(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compat", "refresh", "--index-url", "http://127.0.0.1:9/simple"]) == 5
     assert "cannot reach the package index http://127.0.0.1:9/simple" in capsys.readouterr().err
+
+
+def test_overlay_beside_the_matrix_is_picked_up(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """refresh --write with no --compat writes compat.overlay.toml beside the matrix; plan then reads it."""
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text((ROOT / "matrix.yaml").read_text())
+    overlay = tmp_path / "compat.overlay.toml"
+    overlay.write_text('[[torch]]\nfamily = "2.15"\nlatest = "2.15.0"\npython = ["3.11"]\nsource = "test"\n')
+    assert main(["--matrix", str(matrix), "compat", "refresh", "--snapshot", str(SNAPSHOT), "--write"]) == 0
+    assert "wrote 1 row(s) to " + str(overlay) in capsys.readouterr().out
+    written = load_compat(str(overlay)).torch_release("2.15")
+    assert written is not None and written.python == ["3.11", "3.12", "3.13", "3.14", "3.15"]
+    assert written.cxx_std == 20 and written.pypi_cuda == "13.2"
+    assert main(["--matrix", str(matrix), "plan", "-t", "release", "--format", "json"]) == 0
+    cells = json.loads(capsys.readouterr().out)["cells"]
+    assert any(c["valid"] and c["torch"] == "2.15.0" and c["python"] == "3.15" for c in cells)

@@ -45,7 +45,8 @@ def _pins(project: Project) -> dict[str, str]:
     "overlay",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help=f"The overlay to compare and write (default: the global --compat, else ./{DEFAULT_OVERLAY}).",
+    help=f"The overlay to compare and write (default: the global --compat, else {DEFAULT_OVERLAY} beside the "
+    "matrix file).",
 )
 @click.option(
     "--snapshot",
@@ -80,7 +81,8 @@ def refresh_command(
     compat data in use; --write puts each new row, with its source and date, into the overlay."""
     if snapshot and record:
         raise ConfigurationError("--record saves a live read: it cannot be combined with --snapshot")
-    path = overlay or (Path(project.compat_path) if project.compat_path else Path(DEFAULT_OVERLAY))
+    beside = project.matrix_path.parent / DEFAULT_OVERLAY
+    path = overlay or (Path(project.compat_path) if project.compat_path else beside)
     tables = compat_tables(str(path) if path.is_file() else None)
     index: Index
     recorder: Recorder | None = None

@@ -34,6 +34,17 @@ TORCH_FIELDS = (
     "cxx_std",
     "philox_offset_intragraph",
 )
+# compared even where the row leaves them out (its default would claim something): what a row must state, and
+# the facts read out of wheels (only for a new family, a new patch release and the newest family)
+ALWAYS_COMPARED = (
+    "latest",
+    "python",
+    "free_threaded",
+    "pypi_cuda",
+    "pypi_aarch64_cuda",
+    "cxx_std",
+    "philox_offset_intragraph",
+)
 NEW_ROW_NOTE = (
     "Written by attnforge compat refresh from the package index: only the index's own CUDA variant is "
     "listed (PyTorch's per-variant indexes and ROCm builds are not read)."
@@ -126,7 +137,7 @@ def _torch_finding(
     for name in TORCH_FIELDS:
         if name not in f or _same(row.get(name, []), f[name]):
             continue
-        if name in row or name in ("latest", "python", "pypi_cuda", "free_threaded"):
+        if name in row or name in ALWAYS_COMPARED:
             changes[name] = (row.get(name), f[name])
     if "cxx11_abi" in f and f["cxx11_abi"][0] not in row.get("cxx11_abi", [True]):
         changes["cxx11_abi"] = (row.get("cxx11_abi"), sorted({*row.get("cxx11_abi", []), *f["cxx11_abi"]}))
