@@ -43,7 +43,7 @@ def test_release_target_covers_cuda_12_minors_and_rocm(run_cli: Run, root: Path)
         assert f"cuda{minor}" in toolkits, minor
     assert any(t.startswith("rocm") for t in toolkits)
     assert {c["cxx11_abi"] for c in valid} == {True, False}
-    assert {c["python"] for c in valid} == {"3.10", "3.11", "3.12", "3.13", "3.14", "3.14t"}
+    assert {c["python"] for c in valid} == {"3.10", "3.11", "3.12", "3.13", "3.14", "3.14t", "3.15", "3.15t"}
     invalid = [c for c in plan["cells"] if not c["valid"]]
     assert invalid and all(c["reasons"] and c["reasons"][0].startswith("[") for c in invalid)
     # the target is `abi: stable`: from torch 2.10 on the stable binding (no torch C++ API, so no C++20 patch),

@@ -13,6 +13,7 @@ from attnforge import __version__
 from attnforge.cli import commands
 from attnforge.core.errors import AttnforgeError, InterruptedByUser
 from attnforge.core.index_urls import redact_urls
+from attnforge.matrix.compat_refresh.overlay_file import DEFAULT_OVERLAY
 from attnforge.matrix.project import Project
 
 
@@ -32,7 +33,8 @@ from attnforge.matrix.project import Project
     type=click.Path(exists=True, dir_okay=False),
     default=None,
     envvar="ATTNFORGE_COMPAT",
-    help="Use this compatibility table instead of the packaged one.",
+    help="A compatibility overlay: its rows replace the packaged rows with the same key, new rows are added "
+    "(default: compat.overlay.toml beside the matrix file, when there is one).",
 )
 @click.pass_context
 def cli(ctx: click.Context, matrix_path: Path, compat_path: str | None) -> None:
@@ -45,6 +47,9 @@ def cli(ctx: click.Context, matrix_path: Path, compat_path: str | None) -> None:
       attnforge publish --to local         write the per-variant pip index
     Exit codes: 2 configuration, 3 nothing to do, 4 build, 5 environment, 6 test, 7 publish.
     """
+    if compat_path is None:
+        beside = matrix_path.parent / DEFAULT_OVERLAY
+        compat_path = str(beside) if beside.is_file() else None
     ctx.obj = Project(matrix_path, compat_path)
 
 

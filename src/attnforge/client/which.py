@@ -38,7 +38,8 @@ from attnforge.client.records_location import records_base
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.engine.environment import Env, interpreter_abis
 from attnforge.matrix.arch_policy import wheel_runs_on
-from attnforge.names import cuda_of_variant, cuda_version, toolkit_of_variant
+from attnforge.matrix.compat import CompatData
+from attnforge.names import cuda_of_variant, cuda_variant, cuda_version, toolkit_of_variant
 from attnforge.publish.index import ALL, JSON_TYPE
 from attnforge.publish.install_commands import pip_command, uv_config
 from attnforge.publish.simple_html import read_simple_html
@@ -389,14 +390,20 @@ def build_cell_for(
     return cell.id
 
 
-def with_torch(env: Env, torch: str) -> Env:
-    """`env` as if it had torch `torch` (`2.13`, `2.13.0`, or `2.13.0+cu128` for another build); the
-    accelerator stays this environment's unless the version names one (it must where no torch is installed)."""
+def with_torch(env: Env, torch: str, data: CompatData | None = None) -> Env:
+    """`env` as if it had torch `torch` (`2.13`, `2.13.0`, or `2.13.0+cu128` for another build). Without a
+    build: the build `pip install torch==X` gives on this platform (compat `pypi_cuda`, e.g. cu132 for 2.15)
+    where `data` knows the release and this environment is not ROCm; else this environment's accelerator
+    (where no torch is installed, the build must then be named)."""
     release, _, build = torch.partition("+")
     if not re.fullmatch(r"\d+\.\d+(\.\d+)?", release):
         raise ConfigurationError(f"--torch {torch}: expected a torch release such as 2.13 or 2.13.0+cu128")
     accel = env.accel
-    if not build and env.torch is None:
+    row = data.torch_release(release) if data is not None and not build else None
+    if row is not None and not (accel or "").startswith("rocm"):
+        pypi = row.pypi_cuda if env.machine != "aarch64" else (row.model_extra or {}).get("pypi_aarch64_cuda")
+        accel = cuda_variant(str(pypi)) if pypi else accel
+    if not build and env.torch is None and accel == env.accel:
         raise ConfigurationError(
             f"--torch {torch}: no torch is installed here to take the CUDA/ROCm build from; "
             f"name it: --torch {release}+cu130 (or +cuXYZ, +rocmX.Y)"

@@ -7,6 +7,7 @@ import re
 import sys
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -198,21 +199,84 @@ def parse_version(text: str) -> Version:
         return Version("0")
 
 
+# The key of each table's rows: an overlay row with the same key replaces the packaged row.
+ROW_KEYS: dict[str, tuple[str, ...]] = {
+    "torch": ("family",),
+    "cuda": ("version",),
+    "rocm": ("version",),
+    "kernel": ("name", "version"),
+    "ngc": ("release",),
+    "driver": ("cuda_major",),
+    "base_os": ("name",),
+    "python": ("version",),
+    "arch_policy": ("kernel", "min_cuda"),
+}
+PACKAGED = "attnforge/data/compat.toml"
+
+
+def row_key(table: str, row: dict[str, Any]) -> tuple[Any, ...]:
+    """The key of a row of `table` (its fields named in ROW_KEYS)."""
+    return tuple(row.get(k) for k in ROW_KEYS.get(table, ()))
+
+
+def _read_toml(raw: bytes, name: str) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = tomllib.loads(raw.decode("utf-8"))
+        return data
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigurationError(f"compatibility data {name}: {exc}") from None
+
+
+def packaged_tables() -> dict[str, Any]:
+    """The packaged tables as parsed TOML (attnforge/data/compat.toml)."""
+    return _read_toml(resources.files("attnforge").joinpath("data/compat.toml").read_bytes(), PACKAGED)
+
+
+def merge_overlay(base: dict[str, Any], overlay: dict[str, Any], name: str) -> dict[str, Any]:
+    """`overlay`'s rows over `base`'s: a row with the same key (ROW_KEYS) replaces the base row in place,
+    a new row is added at the end of its table. `[meta] standalone = true` in the overlay: it replaces
+    the base entirely (a complete table of its own)."""
+    if (overlay.get("meta") or {}).get("standalone") is True:
+        return overlay
+    merged: dict[str, Any] = {k: list(v) if isinstance(v, list) else v for k, v in base.items()}
+    for table, rows in overlay.items():
+        if table == "meta":
+            continue
+        if table not in ROW_KEYS or not isinstance(rows, list):
+            raise ConfigurationError(
+                f"compatibility overlay {name}: unknown table [[{table}]] "
+                f"(known: {', '.join(sorted(ROW_KEYS))})"
+            )
+        out: list[Any] = merged.setdefault(table, [])
+        for row in rows:
+            if not isinstance(row, dict):
+                raise ConfigurationError(f"compatibility overlay {name}: [[{table}]] holds a non-table")
+            key = row_key(table, row)
+            at = next((i for i, old in enumerate(out) if row_key(table, old) == key), None)
+            if at is None:
+                out.append(row)
+            else:
+                out[at] = row
+    return merged
+
+
+def compat_tables(path: str | None = None) -> dict[str, Any]:
+    """The tables in use as parsed TOML: the packaged ones with the overlay at `path` merged over them."""
+    data = packaged_tables()
+    if path:
+        try:
+            raw = Path(path).read_bytes()
+        except OSError as exc:
+            raise ConfigurationError(f"compatibility overlay {path}: {exc.strerror or exc}") from None
+        data = merge_overlay(data, _read_toml(raw, path), path)
+    return data
+
+
 @functools.lru_cache(maxsize=4)
 def load_compat(path: str | None = None) -> CompatData:
-    """Load the packaged tables (or a file given with --compat / ATTNFORGE_COMPAT)."""
-    try:
-        if path:
-            raw = Path(path).read_bytes()
-            name = path
-        else:
-            raw = resources.files("attnforge").joinpath("data/compat.toml").read_bytes()
-            name = "attnforge/data/compat.toml"
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigurationError(
-            f"compatibility data {path or 'attnforge/data/compat.toml'}: {exc}"
-        ) from None
+    """The packaged tables, with the overlay given with --compat / ATTNFORGE_COMPAT merged over them."""
+    data = dict(compat_tables(path))
+    name = f"{PACKAGED} + {path}" if path else PACKAGED
     data.pop("meta", None)
     try:
         return CompatData.model_validate(data)

@@ -13,7 +13,7 @@ from attnforge.matrix.cell import Cell, Toolkit
 from attnforge.matrix.compat import CompatData, parse_version
 from attnforge.matrix.fa4_cells import KERNEL as FA4_KERNEL
 from attnforge.matrix.fa4_plan import FA4Verdict, fa4_verdicts
-from attnforge.matrix.rules import Problem, Verdict, check, host_compiler_problem
+from attnforge.matrix.rules import NEWER_RUNTIME, Problem, Verdict, check, host_compiler_problem
 from attnforge.matrix.schema import AXES, Matrix, TargetSpec
 from attnforge.matrix.source_lock import source_sha256
 
@@ -294,10 +294,13 @@ def reject_same_wheel(verdicts: list[Verdict], data: CompatData | None = None) -
     that cell. The builder is a cell whose torch's plain-PyPI wheel has the cell's CUDA (installable without
     PyTorch's own index), then the oldest torch (closest to the floor), then the oldest Python."""
 
-    def rank(v: Verdict) -> tuple[bool, Any, Any]:
+    def newer_runtime(v: Verdict) -> bool:
+        return any(n.startswith(NEWER_RUNTIME) for n in v.notes)
+
+    def rank(v: Verdict) -> tuple[bool, bool, Any, Any]:
         t = data.torch_release(v.cell.torch) if data else None
         on_pypi = t is not None and t.pypi_cuda == v.cell.toolkit.version
-        return (not on_pypi, parse_version(v.cell.torch), parse_version(v.cell.python))
+        return (newer_runtime(v), not on_pypi, parse_version(v.cell.torch), parse_version(v.cell.python))
 
     stable: dict[str, list[Verdict]] = {}
     for v in verdicts:
@@ -305,6 +308,16 @@ def reject_same_wheel(verdicts: list[Verdict], data: CompatData | None = None) -
             stable.setdefault(v.cell.wheel_name, []).append(v)
     for group in stable.values():
         builder = min(group, key=rank)
+        if newer_runtime(builder):  # no torch of this lane to compile the wheel against
+            for v in group:
+                v.problems.append(
+                    Problem(
+                        "torch-toolkit",
+                        f"no torch release has CUDA {v.cell.toolkit.version} (or older) builds of its major "
+                        "to compile this stable-ABI wheel against",
+                    )
+                )
+            continue
         for v in group:
             if v is not builder:
                 v.served_by = builder.cell.id

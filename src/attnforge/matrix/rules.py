@@ -54,6 +54,10 @@ def rule(rule_id: str) -> Callable[[Rule], Rule]:
     return wrap
 
 
+# A stable-ABI cell whose torch has only newer CUDA builds of the toolkit's major: served, never a builder.
+NEWER_RUNTIME = "served on a newer CUDA runtime"
+
+
 def _fail(v: Verdict, rule_id: str, message: str, source: str = "") -> None:
     v.problems.append(Problem(rule_id, message, source))
 
@@ -179,6 +183,14 @@ def _torch_toolkit(v: Verdict, data: CompatData) -> None:
         v.notes.append(
             f"CUDA {tk.version} has no torch {t.family} wheels of its own: compiled with nvcc {tk.version} against "
             f"torch's cu{chosen.replace('.', '')} build (CUDA minor-version compatibility)"
+        )
+    elif c.abi_request == "stable" and not c.free_threaded:
+        # only a stable-ABI wheel compiled on another torch of this lane can serve it: rule stable-newer-runtime
+        chosen = same_major[0]
+        v.notes.append(
+            f"{NEWER_RUNTIME}: torch {t.family}'s CUDA {tk.major} builds start at {chosen}; the lane's "
+            f"stable-ABI wheel, compiled with nvcc {tk.version} on an older torch, runs on its cu"
+            f"{chosen.replace('.', '')} runtime (CUDA minor-version compatibility), no compile for torch {t.family}"
         )
     else:
         _fail(
@@ -384,6 +396,22 @@ def _stable_abi(v: Verdict, data: CompatData) -> None:
     v.notes.append(
         f"stable ABI{binding}: one {v.cell.wheel_tag} wheel serves torch >= {floor} and "
         f"Python >= {floor_py}; built here with torch {c.torch} and Python {c.python}"
+    )
+
+
+@rule("stable-newer-runtime")
+def _stable_newer_runtime(v: Verdict, data: CompatData) -> None:
+    """A cell let through rule torch-toolkit on the promise of a stable-ABI wheel must have become one."""
+    if v.cell.stable_abi or not any(n.startswith(NEWER_RUNTIME) for n in v.notes):
+        return
+    t = data.torch_release(v.cell.torch)
+    oldest = v.cell.torch_variant or "?"
+    _fail(
+        v,
+        "torch-toolkit",
+        f"torch {v.cell.torch_family}'s oldest CUDA {v.cell.toolkit.major} build is {oldest}, newer than the "
+        f"toolkit {v.cell.toolkit.version}, and this cell gets no stable-ABI wheel: compile with a newer CUDA",
+        t.source if t else "",
     )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,8 @@ from attnforge.publish.coverage_plan import PlannedCell, PlanSnapshot
 from attnforge.publish.index import ALL, FileRecord, slot
 from attnforge.publish.install_commands import pip_command, uv_config
 from attnforge.wheels.naming import parse_local, torch_family
+from attnforge.wheels.records import TORCH_CHECKS_SUFFIX
+from attnforge.wheels.torch_checks import TorchCheck, parse_checks
 
 COVERAGE_JSON = "coverage.json"
 STATES = ("parity-passed", "built", "yanked", "not-built", "refused")
@@ -92,6 +95,8 @@ class Entry:
     cell_id: str | None = None  # planned cells
     reasons: list[str] = field(default_factory=list)
     abi3_python: str | None = None  # a stable-ABI wheel: the oldest CPython it serves
+    # a stable-ABI wheel checked under torch releases after its build (wheels/torch_checks.py): what passed
+    torch_checks: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -225,7 +230,7 @@ def _parity(manifest: dict[str, Any]) -> Parity | None:
     )
 
 
-def published_entry(record: FileRecord, manifest: dict[str, Any]) -> Entry:
+def published_entry(record: FileRecord, manifest: dict[str, Any], checks: Sequence[TorchCheck] = ()) -> Entry:
     """A published wheel's entry: its state, its parity record, and the commands that install it.
 
     Parity passed only where publish found a signed parity record that passed (`record.parity`); the
@@ -252,6 +257,9 @@ def published_entry(record: FileRecord, manifest: dict[str, Any]) -> Entry:
         yanked_time=record.yanked_time,
         uploaded=record.upload_time,
         abi3_python=_abi3_python(record.filename, manifest),
+        torch_checks=[
+            {"torch": c.torch, "python": c.python, "kind": c.kind, "date": c.date} for c in checks if c.passed
+        ],
     )
     if state != "yanked":  # never offered: pip would take it only pinned, and warn
         entry.pip = pip_command(record.project, record.version, INDEX_URL, record.variant)
@@ -274,14 +282,19 @@ def planned_entry(cell: PlannedCell) -> Entry:
 
 
 def build_sections(
-    records: dict[str, FileRecord], manifests: dict[str, dict[str, Any]], plan: PlanSnapshot | None
+    records: dict[str, FileRecord],
+    manifests: dict[str, dict[str, Any]],
+    plan: PlanSnapshot | None,
+    checks: dict[str, list[TorchCheck]] | None = None,
 ) -> list[Section]:
-    """The grid of every kernel and profile: published wheels first, planned cells where nothing is published."""
+    """The grid of every kernel and profile: published wheels first, planned cells where nothing is published.
+    `checks`: the torch checks published beside each file (a stable-ABI row names the torch releases checked)."""
     slots: dict[_Slot, list[Entry]] = {}
     for filename in sorted(records):
         record = records[filename]
         manifest = manifests.get(filename) or {}
-        slots.setdefault(_published_slot(record, manifest), []).append(published_entry(record, manifest))
+        entry = published_entry(record, manifest, (checks or {}).get(filename, []))
+        slots.setdefault(_published_slot(record, manifest), []).append(entry)
     for cell in plan.cells if plan else []:
         if cell.served_by:  # the stable-ABI wheel another cell builds: that cell stands for it
             continue
@@ -301,6 +314,9 @@ def build_sections(
                 floors = sorted({e.abi3_python for e in slots[slot] if e.abi3_python}, key=_version)
                 python = f" and Python ≥ {floors[0]}" if floors else ""
                 span = f"one stable-ABI (abi3) wheel for torch ≥ {slot.torch}{python}"
+                checked = sorted({c["torch"] for e in slots[slot] for c in e.torch_checks}, key=_version)
+                if checked:
+                    span += f"; checked since its build under torch {', '.join(checked)}"
             rows[slot.row_key] = (slot, Row(label=slot.row_label(), stable=slot.stable, span_label=span))
         rows[slot.row_key][1].cells.setdefault(slot.python, []).extend(slots[slot])
     out = []
@@ -376,7 +392,13 @@ class CoveragePage:
             f: _read_json(gen / r.variant / "simple" / r.project / (f + ".manifest.json"))
             for f, r in records.items()
         }
-        sections = build_sections(records, manifests, plan)
+        checks = {
+            f: parse_checks(
+                _read_json(gen / r.variant / "simple" / r.project / (f + TORCH_CHECKS_SUFFIX)), r.sha256
+            )
+            for f, r in records.items()
+        }
+        sections = build_sections(records, manifests, plan, checks)
         generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         variants = sorted({r.variant for r in records.values()})
         page = render_page(sections, [ALL, *variants], generated, plan.notes if plan else [])

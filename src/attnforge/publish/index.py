@@ -46,7 +46,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from attnforge.core.errors import ConfigurationError, PublishError
 from attnforge.publish.index_marker import checked_records, read_marker, safe_variant
 from attnforge.wheels.manifest import dumps
-from attnforge.wheels.records import RECORD_SUFFIXES
+from attnforge.wheels.records import RECORD_SUFFIXES, TORCH_CHECKS_SUFFIX
 from attnforge.wheels.zip_limits import read_member
 
 MARKER = "attnforge-index.json"
@@ -382,12 +382,26 @@ class StaticIndex:
                 {f: r.sha256 for f, r in records.items()}, [(b.filename, b.sha256) for b in bundles]
             )
             report.unchanged = unchanged
-            if not new:
+            refreshed = [
+                b for b in bundles if b.filename in unchanged and self._new_checks(current, records, b)
+            ]
+            if not new and not refreshed:
                 report.notes.append("nothing new: the index is unchanged")
                 return report
             by_name = {b.filename: b for b in bundles}
-            report.generation = self._commit(current, records, [by_name[f] for f in new], report)
+            report.generation = self._commit(current, records, [by_name[f] for f in new], report, refreshed)
+            report.notes += [f"{b.filename}: its torch checks updated" for b in refreshed]
         return report
+
+    @staticmethod
+    def _new_checks(current: Path | None, records: dict[str, FileRecord], b: Bundle) -> bool:
+        """Whether a wheel the index already holds brings torch checks the index does not have."""
+        mine = [p for p in b.records if p.name == b.filename + TORCH_CHECKS_SUFFIX]
+        if not mine or current is None:
+            return False
+        rec = records[b.filename]
+        there = current / rec.variant / "simple" / rec.project / mine[0].name
+        return not there.is_file() or there.read_bytes() != mine[0].read_bytes()
 
     def update(self, change: Callable[[dict[str, FileRecord]], list[str]]) -> PublishReport:
         """Change what the index records about files it holds (yank, unyank) in a new generation.
@@ -412,8 +426,10 @@ class StaticIndex:
         records: dict[str, FileRecord],
         bundles: Sequence[Bundle],
         report: PublishReport,
+        refreshed: Sequence[Bundle] = (),
     ) -> str:
-        """Write a new generation from `records` plus `bundles` and swap it in; returns its name."""
+        """Write a new generation from `records` plus `bundles` and swap it in; returns its name. `refreshed`:
+        wheels the index keeps whose torch checks are replaced."""
         gen = (
             self.parent
             / f"{self.gen_prefix}{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -421,6 +437,15 @@ class StaticIndex:
         gen.mkdir()
         try:
             self._fill(gen, current, records, bundles, report)
+            for b in refreshed:
+                rec = records[b.filename]
+                for path in (p for p in b.records if p.name == b.filename + TORCH_CHECKS_SUFFIX):
+                    for v in (rec.variant, ALL):
+                        dst = gen / v / "simple" / rec.project / path.name
+                        dst.unlink(missing_ok=True)  # a hard link to the previous generation's copy
+                        _write(dst, path.read_bytes())
+            if refreshed and self.root_page is not None:
+                self.root_page(gen, current, records)
             self._swap(gen)
         except BaseException:
             shutil.rmtree(gen, ignore_errors=True)

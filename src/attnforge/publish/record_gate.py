@@ -17,12 +17,14 @@ from attnforge.wheels.records import (
     PARITY_SUFFIX,
     PROVENANCE_SUFFIX,
     SBOM_SUFFIX,
+    TORCH_CHECKS_SUFFIX,
     read_optional,
     record_path,
     verify_build,
     verify_parity,
 )
 from attnforge.wheels.signing_keys import TrustedKey, describe, short
+from attnforge.wheels.torch_checks import read_checks
 
 Log = Callable[[str], None]
 
@@ -97,3 +99,11 @@ def parity_verdicts(bundles: Sequence[Bundle], trusted: Sequence[TrustedKey]) ->
                 f"({counts.get('failed', '?')} failed, {counts.get('passed', '?')} passed)"
             )
     return out
+
+
+def attach_torch_checks(bundles: Sequence[Bundle]) -> None:
+    """Serve each wheel's torch checks (`<wheel>.torch-checks.json`) beside it when they are about its bytes."""
+    for b in bundles:
+        path = record_path(b.wheel, TORCH_CHECKS_SUFFIX)
+        if path not in b.records and read_checks(b.wheel, b.sha256):
+            b.records.append(path)

@@ -24,7 +24,7 @@ from attnforge.matrix.project import Project
 from attnforge.publish.coverage import CoveragePage
 from attnforge.publish.coverage_plan import PlanSnapshot
 from attnforge.publish.index import Bundle, PublishReport, StaticIndex, check_conflicts
-from attnforge.publish.record_gate import check_build_records, parity_verdicts
+from attnforge.publish.record_gate import attach_torch_checks, check_build_records, parity_verdicts
 from attnforge.publish.server_deadline import Deadline
 from attnforge.wheels import wheel_claims
 from attnforge.wheels.manifest import MANIFEST_SUFFIX, check_matches_wheel, manifest_path_for, read_manifest
@@ -231,6 +231,7 @@ def publish(
     the keys records are accepted from (`signing_keys.trusted_keys`); `deadline`: the total time an index
     server may take (`server_deadline`)."""
     check_build_records(bundles, trusted, allow_unsigned, log, warn or log)
+    attach_torch_checks(bundles)
     apply_parity_gate(bundles, dest, label, skip_parity_gate, log, warn, trusted)
     check_claims(bundles)
     if dest.kind == "static":

@@ -28,7 +28,10 @@ from attnforge.wheels.statements import Verified, dumps, sign, statement, verify
 PROVENANCE_SUFFIX = ".provenance.intoto.json"
 SBOM_SUFFIX = ".cdx.json"
 PARITY_SUFFIX = ".parity.intoto.json"
-RECORD_SUFFIXES = (PROVENANCE_SUFFIX, SBOM_SUFFIX, PARITY_SUFFIX)
+TORCH_CHECKS_SUFFIX = (
+    ".torch-checks.json"  # wheels/torch_checks.py: other torch releases it was checked under
+)
+RECORD_SUFFIXES = (PROVENANCE_SUFFIX, SBOM_SUFFIX, PARITY_SUFFIX, TORCH_CHECKS_SUFFIX)
 PARITY_PREDICATE = "urn:attnforge:parity:v1"
 
 Log = Callable[[str], None]

@@ -208,3 +208,34 @@ def record(
     click.echo(
         f"{manifest.name}: parity {'passed' if p['passed'] else 'FAILED'} on {p['device']} ({p['date']})"
     )
+
+
+@command.command("trace")
+@click.argument("wheel", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--python",
+    "python",
+    required=True,
+    help="An interpreter with the torch to check and this wheel installed (a venv's bin/python).",
+)
+def trace(wheel: Path, python: str) -> None:
+    """CPU import/trace check of a stable-ABI wheel under another torch, no GPU: import it, find its ops
+    registered, trace forward and backward on meta tensors; recorded beside the wheel
+    (`<wheel>.torch-checks.json`, published with it: the coverage page lists that torch for the file).
+    Exit 6 when the check fails (recorded as failed)."""
+    import hashlib
+
+    from attnforge.parity.import_trace import import_trace
+    from attnforge.wheels.torch_checks import add_check
+
+    check = import_trace(python)
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    path = add_check(wheel, sha, check)
+    verdict = "passed" if check.passed else "FAILED"
+    click.echo(
+        f"{wheel.name}: cpu-import-trace under torch {check.torch} (Python {check.python}) {verdict}: {path.name}"
+    )
+    if not check.passed:
+        raise TestFailure(
+            f"{wheel.name} under torch {check.torch}: {check.detail.get('error', check.detail)}"
+        )

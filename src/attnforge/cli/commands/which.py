@@ -146,7 +146,7 @@ def command(
     data, inspected = probe_environment(choose_interpreter(python))
     env = Env.from_probe(data)
     if torch:
-        env = with_torch(env, torch)
+        env = with_torch(env, torch, project.compat)
     reader = IndexReader(total_s=timeout)
     try:
         needs = Needs(head_dim, dtype, backward)
