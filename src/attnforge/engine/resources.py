@@ -20,6 +20,7 @@ from attnforge.builder.parallelism import (
     detect_machine,
 )
 from attnforge.builder.parallelism import choose_parallelism as builder_choose
+from attnforge.engine.schedule import choose_threads
 from attnforge.matrix.cell import Cell
 
 __all__ = [
@@ -86,8 +87,6 @@ class JobMemoryTable:
 
 def _longest_first(durations: list[float], arches: int, per_arch_gb: float) -> Planner:
     def plan(cores: int, mem: float) -> tuple[int, int, str]:
-        from attnforge.engine.schedule import choose_threads
-
         choice = choose_threads(durations, arches, cores, gb_per_thread=per_arch_gb, memory_gb=mem)
         why = f"longest-first plan of {len(durations)} unit estimates: {choice.makespan_s:.0f} s"
         return choice.jobs, choice.threads, why

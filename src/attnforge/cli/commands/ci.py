@@ -8,13 +8,8 @@ import click
 
 from attnforge.ci.cibuildwheel_config import caveats, cibuildwheel_config, to_toml
 from attnforge.ci.sync import compare, write
-from attnforge.ci.workflows import (
-    DEFAULT_TARGETS,
-    CiSettings,
-    actionlint_config,
-    parse_target_options,
-    render,
-)
+from attnforge.ci.workflow_spec import CiSettings
+from attnforge.ci.workflows import DEFAULT_TARGETS, actionlint_config, parse_target_options, render
 from attnforge.cli.commands.build import cells_to_build
 from attnforge.core.errors import ConfigurationError
 from attnforge.matrix.project import Project

@@ -9,9 +9,11 @@ from pathlib import Path
 import click
 
 from attnforge.cli.options import records_url_option, trusted_key_option
-from attnforge.core.errors import ConfigurationError, EnvironmentProblem
+from attnforge.client.doctor_check import Check
+from attnforge.core.errors import ConfigurationError, EnvironmentProblem, RecordRefused
 from attnforge.core.kernels import KERNELS
 from attnforge.matrix.project import Project
+from attnforge.wheels.signing_keys import project_signing, trusted_keys
 
 _STYLE = {"ok": "green", "fail": "red", "warn": "yellow", "skip": "blue"}
 
@@ -60,7 +62,7 @@ def command(
     Exit 5 when a check fails (torch or ABI mismatch, extension not loading, GPU arch not compiled, a record
     or an installed file that does not match); a yanked wheel is a warning.
     """
-    from attnforge.client.doctor import Check, run_doctor
+    from attnforge.client.doctor import run_doctor  # start-up cost
 
     if verify and not index_url:
         raise ConfigurationError(
@@ -68,9 +70,7 @@ def command(
         )
     data, checks = run_doctor(python, kernel, index_url)
     if verify and index_url:
-        from attnforge.client.record_check import verify_installed
-        from attnforge.core.errors import RecordRefused
-        from attnforge.wheels.signing_keys import project_signing, trusted_keys
+        from attnforge.client.record_check import verify_installed  # start-up cost
 
         try:
             lines = verify_installed(

@@ -12,6 +12,8 @@ import click
 
 from attnforge.core.errors import EnvironmentProblem, TestFailure
 from attnforge.matrix.project import Project
+from attnforge.wheels.manifest import MANIFEST_SUFFIX, record_from_report
+from attnforge.wheels.signing_keys import project_signing, short, signing_key
 
 
 @click.group("parity")
@@ -100,7 +102,7 @@ def run(
 
     The wheel's manifest names its kernel: a flash-attn-3 wheel runs FA3's cases (flash_attn_interface). With
     --upstream-tests, a sample of upstream's own test_flash_attn.py runs too (FA3: hopper/, FA2: tests/)."""
-    from attnforge.parity.venv import install, make_venv
+    from attnforge.parity.venv import install, make_venv  # start-up cost
 
     if manifest is None and wheel is not None:
         cand = wheel.with_name(wheel.name + ".manifest.json")
@@ -164,8 +166,7 @@ def run(
 
 def _sign(project: Project, wheel: Path, report: Path, results: Path | None, ref: str | None = None) -> None:
     """Sign the run's outcome about the wheel's bytes (`<wheel>.parity.intoto.json`, `attnforge docs records`)."""
-    from attnforge.parity.parity_statement import sign_run
-    from attnforge.wheels.signing_keys import project_signing, short, signing_key
+    from attnforge.parity.parity_statement import sign_run  # start-up cost
 
     key = signing_key(project_signing(project), log=lambda m: click.echo(m, err=True))
     assert key is not None
@@ -195,8 +196,6 @@ def record(
 ) -> None:
     """Record a parity.json's outcome in a wheel's manifest (`parity: {passed, device, report, date}`) and
     sign it about the wheel beside the manifest (`<wheel>.parity.intoto.json`)."""
-    from attnforge.wheels.manifest import MANIFEST_SUFFIX, record_from_report
-
     data = record_from_report(manifest, report, report_ref)
     p = data["parity"]
     click.echo(

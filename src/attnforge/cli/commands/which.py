@@ -11,9 +11,11 @@ import click
 
 from attnforge.cli.options import records_url_option, trusted_key_option
 from attnforge.client.index_fetch import CONNECT_TIMEOUT_S, TOTAL_BUDGET_S, IndexReader
-from attnforge.core.errors import ConfigurationError, NothingToDoError
+from attnforge.core.errors import ConfigurationError, NothingToDoError, RecordRefused
 from attnforge.core.kernels import KERNELS
+from attnforge.engine.environment import Env, run_probe
 from attnforge.matrix.project import Project
+from attnforge.wheels.signing_keys import project_signing, trusted_keys
 
 
 def _verify(
@@ -27,9 +29,7 @@ def _verify(
 ) -> None:
     """Check the chosen wheel's records (stderr), read within `reader`'s budget; RecordRefused (exit 7) when
     one does not hold."""
-    from attnforge.client.record_check import offered, verify_offered
-    from attnforge.core.errors import RecordRefused
-    from attnforge.wheels.signing_keys import project_signing, trusted_keys
+    from attnforge.client.record_check import offered, verify_offered  # start-up cost
 
     lines = verify_offered(
         offered(index_url, kernel, lambda name: name == filename, reader),
@@ -112,8 +112,7 @@ def command(
     entries) goes to stdout, the reasoning to stderr. An index that cannot be read says why, with the URL:
     connection refused, timeout, HTTP status, corrupt page (exit 5).
     """
-    from attnforge.client.which import resolve, with_torch
-    from attnforge.engine.environment import Env, run_probe
+    from attnforge.client.which import resolve, with_torch  # start-up cost
 
     env = Env.from_probe(run_probe(python))
     if torch:
