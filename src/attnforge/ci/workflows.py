@@ -29,6 +29,7 @@ from attnforge.ci.workflow_spec import CiSettings, KernelSetJob, ParityJob, Work
 from attnforge.ci.yamltext import Comment, Literal, dump, load
 from attnforge.core.arches import arch_label, arch_runs_on
 from attnforge.core.errors import ConfigurationError
+from attnforge.engine.base_images import load_bases
 from attnforge.matrix.plan import Plan
 from attnforge.matrix.project import Project
 
@@ -105,7 +106,6 @@ def make_spec(project: Project, role: str, target: str, settings: CiSettings) ->
 def devel_base(job: KernelSetJob, project: Project) -> tuple[str, str] | None:
     """(`--base-image` argument, comment) for a CUDA <= 12 kernel-set (PyPI's CUDA 12 wheels have no nvcc):
     its `nvidia/cuda:<ver>-devel` base, which docker/bases.toml must list as a registry base."""
-    from attnforge.engine.base_images import load_bases  # start-up cost
     from attnforge.images.runtime_image import docker_dir  # start-up cost
 
     tk = job.first.toolkit

@@ -16,6 +16,7 @@ from attnforge.core.errors import ConfigurationError, NothingToDoError, TestFail
 from attnforge.core.package_files import DOCKER_DIR_ENV, inside_installed_package
 from attnforge.core.pins import cpu_torch
 from attnforge.engine.backends.pipplan import plan_pip
+from attnforge.engine.base_images import BaseRecord, current_pin, is_local_name, load_bases, write_bases
 from attnforge.matrix.project import Project
 
 
@@ -393,13 +394,6 @@ def standin_cmd(
 @click.option("--update-local", is_flag=True, help="Re-pin every local base that exists on this machine.")
 def bases_cmd(update: tuple[str, ...], update_local: bool) -> None:
     """Show docker/bases.toml against this machine; --update rewrites pins (registry bases are pulled)."""
-    from attnforge.engine.base_images import (  # start-up cost
-        BaseRecord,
-        current_pin,
-        is_local_name,
-        load_bases,
-        write_bases,
-    )
     from attnforge.images.runtime_image import docker_dir  # start-up cost
 
     path = docker_dir() / "bases.toml"

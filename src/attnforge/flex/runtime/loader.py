@@ -145,14 +145,12 @@ class _Guarded:
             out = self.packaged(q, k, v)
             return out[0] if isinstance(out, (list, tuple)) else out
         if self.pre is not None and self.eager is None:
-            from .precompiled import GuardMismatch
-
             c = self.call
             try:
                 out = self.pre(q, k, v, c.block_mask(q.shape[-2]), c.score_mod, c.gqa, c.scale)
                 self.used = "precompiled"
                 return out
-            except GuardMismatch:
+            except precompiled.GuardMismatch:
                 pass  # other shapes/dtypes: torch.compile as usual (its caches may still hit)
             except Exception as exc:  # a loaded function that cannot run here: never again, compile instead
                 self.pre = None
