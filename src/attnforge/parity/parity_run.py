@@ -1,7 +1,8 @@
 """Run the GPU parity suites and write the reports: ``python -m attnforge.parity.parity_run --out DIR``.
 
-Standard library + torch only, so it runs in the fresh venv that holds the wheel under test. Exit codes:
-0 all ran cases passed, 6 a case failed, 5 no GPU (reports are still written, every case skipped).
+Standard library + torch only, so it runs in the fresh venv that holds the wheel under test (the suites import
+the kernel and the client they test; ``--record`` writes the manifest, which needs pydantic). Exit codes: 0 all
+ran cases passed, 6 a case failed, 5 no GPU (reports are still written, every case skipped).
 """
 
 from __future__ import annotations
