@@ -6,6 +6,7 @@ test_import_graph.py (cycles, why an import sits in a function) and test_stdlib_
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import sys
 import tokenize
@@ -144,9 +145,15 @@ def _names(
     return [(full, False)]
 
 
-def all_imports(package: Path = PACKAGE) -> list[Import]:
+@functools.cache
+def _all_imports(package: Path) -> tuple[Import, ...]:
     known = modules(package)
-    return [imp for name in known for imp in imports(name, known)]
+    return tuple(imp for name in known for imp in imports(name, known))
+
+
+def all_imports(package: Path = PACKAGE) -> list[Import]:
+    """Every import of every module of the package (parsed once per test session)."""
+    return list(_all_imports(package))
 
 
 def is_stdlib(name: str) -> bool:

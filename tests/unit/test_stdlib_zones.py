@@ -12,6 +12,7 @@ Costs about a second: one `python -I -S` that imports the zone's modules; the re
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 import subprocess
@@ -51,6 +52,7 @@ def in_zone(module: str, zone: dict[str, Any]) -> bool:
     return any(module == s or module.startswith(s + ".") for s in zone["source_modules"])
 
 
+@functools.cache
 def claims(package: Path = PACKAGE) -> dict[str, str]:
     """module -> the kind of claim its docstring makes (STDLIB or WITH_TORCH), for every module that makes one."""
     out = {}
