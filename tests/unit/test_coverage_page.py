@@ -15,7 +15,8 @@ from attnforge.client.which import resolve, with_torch
 from attnforge.core.errors import ConfigurationError
 from attnforge.engine.environment import Env
 from attnforge.matrix.project import Project
-from attnforge.publish.coverage import ANY_PYTHON, CoveragePage, Section, build_sections
+from attnforge.publish.coverage import ANY_PYTHON, Section, build_sections
+from attnforge.publish.coverage_page import CoveragePage
 from attnforge.publish.coverage_plan import PlanSnapshot, snapshot
 from attnforge.publish.index import StaticIndex
 from attnforge.publish.install_commands import pip_command, platform_marker, uv_config

@@ -11,7 +11,7 @@ import pytest
 
 from attnforge.core.errors import ConfigurationError, PublishError
 from attnforge.matrix.destinations import Destination
-from attnforge.publish.coverage import CoveragePage
+from attnforge.publish.coverage_page import CoveragePage
 from attnforge.publish.index import ALL, MARKER, Bundle, FileRecord, StaticIndex
 from attnforge.publish.yank import refuse_unsupported, set_yanked
 from tests.unit.test_wheels_index import digest, make_bundle

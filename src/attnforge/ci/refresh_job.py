@@ -4,16 +4,13 @@ the refresh report and the cells the plan gains or loses."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from attnforge.ci.invocation import OVERLAY
 from attnforge.ci.steps import ACTIONS, setup_python
+from attnforge.ci.workflow_spec import CiSettings, WorkflowSpec
 from attnforge.ci.yamltext import Comment
 
-if TYPE_CHECKING:
-    from attnforge.ci.workflows import CiSettings, WorkflowSpec
-
-REFRESH_CRON = "41 4 * * 1"  # Mondays
 BRANCH = "attnforge/compat-refresh"
 
 CHECK = f"""set +e

@@ -3,15 +3,13 @@ lint-and-test job."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from attnforge.ci.steps import ACTIONS, checkout, setup_python
+from attnforge.ci.workflow_spec import CiSettings, WorkflowSpec
 from attnforge.ci.yamltext import Comment
 from attnforge.core.arches import arch_label
 from attnforge.matrix.project import Project
-
-if TYPE_CHECKING:
-    from attnforge.ci.workflows import CiSettings, WorkflowSpec
 
 
 def gpu_setup(settings: CiSettings) -> list[dict[Any, Any]]:

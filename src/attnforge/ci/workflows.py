@@ -17,11 +17,11 @@ regenerate it and compare with the checked-in files.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from attnforge.ci.invocation import Invocation
-from attnforge.ci.refresh_job import REFRESH_CRON, refresh_job
+from attnforge.ci.refresh_job import refresh_job
 from attnforge.ci.release_jobs import (
     checks_job,
     gpu_setup,
@@ -38,10 +38,11 @@ from attnforge.ci.steps import (
     setup_python,
     signing_key,
 )
-from attnforge.ci.yamltext import Comment, Literal, dump
-from attnforge.core.arches import arch_label, arch_runs_on, cuda_label
+from attnforge.ci.workflow_spec import CiSettings, KernelSetJob, ParityJob, WorkflowSpec
+from attnforge.ci.yamltext import Comment, Literal, dump, load
+from attnforge.core.arches import arch_label, arch_runs_on
 from attnforge.core.errors import ConfigurationError
-from attnforge.matrix.cell import Cell
+from attnforge.engine.base_images import load_bases
 from attnforge.matrix.plan import Plan
 from attnforge.matrix.project import Project
 
@@ -57,99 +58,11 @@ MEMORY_NOTE = (
 )
 
 
-@dataclass(frozen=True)
-class CiSettings:
-    """Knobs of the generated workflows that matrix.yaml does not carry."""
-
-    python: str = "3.11"
-    build_runs_on: tuple[str, ...] = ("ubuntu-latest",)
-    # aarch64 cells build natively on arm64 (GitHub's hosted arm64 runner; a self-hosted GH200 works too:
-    # ("self-hosted", "linux", "arm64"))
-    arm_build_runs_on: tuple[str, ...] = ("ubuntu-24.04-arm",)
-    build_timeout_minutes: int = 360
-    gpu_arches: tuple[str, ...] = ("sm_90",)  # the self-hosted runner classes that exist
-    parity_timeout_minutes: int = 60
-    nightly_cron: str = "17 3 * * *"
-    default_branch: str = "main"
-    publish_to: str = "internal"
-    release_environment: str = "release"
-    refresh_cron: str = REFRESH_CRON
-    invocation: Invocation = field(default_factory=Invocation)
-
-
 def settings_for(project: Project, **options: Any) -> CiSettings:
     """The settings of matrix.yaml's `ci` section (mode, attnforge source, publish destination) and `options`."""
     ci = project.matrix.ci
     base = CiSettings(publish_to=ci.publish_to, invocation=Invocation(ci.mode, ci.attnforge))
     return replace(base, **options)
-
-
-@dataclass(frozen=True)
-class KernelSetJob:
-    """The cells of one kernel-set key: built by one job so the compiled objects are reused."""
-
-    key: str
-    cells: tuple[Cell, ...]
-
-    @property
-    def first(self) -> Cell:
-        return self.cells[0]
-
-    @property
-    def job_id(self) -> str:
-        return f"build-{self.key}"
-
-    @property
-    def title(self) -> str:
-        c = self.first
-        if len({x.torch for x in self.cells}) == 1:
-            return f"build {c.variant} {c.arch_slug} {c.profile} [{', '.join(x.cp for x in self.cells)}]"
-        # kernels shared across torch releases (torch-free kernel units): one job binds each (torch, Python)
-        bindings = ", ".join(
-            f"torch>={x.torch_floor}/abi3" if x.stable_abi else f"{x.torch_family}/{x.cp}" for x in self.cells
-        )
-        return f"build {c.toolkit.short} {c.arch_slug} {c.profile} [{bindings}]"
-
-    def sort_key(self) -> tuple[str, str, str, str]:
-        c = self.first
-        return (c.variant, c.arch_slug, c.profile, self.key)
-
-
-@dataclass(frozen=True)
-class ParityJob:
-    """GPU parity of one kernel-set's wheels on one runner class."""
-
-    build: KernelSetJob
-    device_arch: str
-
-    @property
-    def job_id(self) -> str:
-        return f"parity-{self.build.key}-{arch_label(self.device_arch)}"
-
-    @property
-    def labels(self) -> list[str]:
-        tk = self.build.first.toolkit
-        host = "arm64" if self.build.first.platform == "aarch64" else "x64"  # GH200/GB200 runners are arm64
-        base = ["self-hosted", "linux", host, "gpu"]
-        if tk.kind == "cuda":
-            return [*base, arch_label(self.device_arch), cuda_label(tk.major)]
-        return [*base, "rocm", arch_label(self.device_arch)]
-
-
-@dataclass
-class WorkflowSpec:
-    """One workflow file: a role and the target whose plan it runs."""
-
-    role: str
-    target: str
-    file: str = ""
-    builds: list[KernelSetJob] = field(default_factory=list)
-    parity: list[ParityJob] = field(default_factory=list)
-    untested: list[KernelSetJob] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if not self.file:
-            self.file = f"attnforge-{self.role}.yml"
 
 
 def parse_target_options(
@@ -220,8 +133,7 @@ def make_spec(project: Project, role: str, target: str, settings: CiSettings) ->
 def devel_base(job: KernelSetJob, project: Project) -> tuple[str, str] | None:
     """(`--base-image` argument, comment) for a CUDA <= 12 kernel-set (PyPI's CUDA 12 wheels have no nvcc):
     its `nvidia/cuda:<ver>-devel` base, which docker/bases.toml must list as a registry base."""
-    from attnforge.engine.base_images import load_bases
-    from attnforge.images.runtime_image import docker_dir
+    from attnforge.images.runtime_image import docker_dir  # start-up cost
 
     tk = job.first.toolkit
     row = project.compat.cuda_toolkit(tk.version) if tk.kind == "cuda" and tk.major < 13 else None
@@ -441,8 +353,6 @@ def render(project: Project, roles: Mapping[str, str], settings: CiSettings | No
 
 def self_hosted_labels(files: Mapping[str, str]) -> list[str]:
     """The custom labels the workflows ask self-hosted runners for (actionlint's `self-hosted-runner`)."""
-    from attnforge.ci.yamltext import load
-
     builtin = {"self-hosted", "linux", "x64", "arm64", "windows", "macos"}
     labels: set[str] = set()
     for text in files.values():

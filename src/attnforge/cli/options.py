@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
-if TYPE_CHECKING:
-    from attnforge.engine.settings import Given, Requested
+from attnforge.builder.settings import FROM_COMMAND_LINE, FROM_ENVIRONMENT
+from attnforge.core.index_urls import split_auth
+from attnforge.engine.settings import Given, Requested
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -58,8 +59,6 @@ user_python_option = click.option(
 def requested_settings(ctx: click.Context, max_jobs: int | None, nvcc_threads: int | None) -> Requested:
     """--max-jobs/--nvcc-threads as given, each labelled with where click found it: on the command line or in
     the environment (MAX_JOBS/NVCC_THREADS); the resolver asks the matrix, then measures, for the others."""
-    from attnforge.builder.settings import FROM_COMMAND_LINE, FROM_ENVIRONMENT  # the engine: start-up cost
-    from attnforge.engine.settings import Given, Requested
 
     def given(name: str, value: int | None) -> Given | None:
         if value is None:
@@ -77,7 +76,6 @@ def index_url_checked(ctx: click.Context, param: click.Parameter, value: str | N
     """An index URL option (or its environment variable) as given, once `core.index_urls` found no secret
     it cannot keep out of messages (a query-string token: ConfigurationError naming the option, never the
     value)."""
-    from attnforge.core.index_urls import split_auth
 
     if value:
         name = param.name or "index_url"

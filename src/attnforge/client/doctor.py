@@ -13,14 +13,15 @@ yanked there since (`client.yank_status`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from attnforge.client.doctor_check import Check
 from attnforge.client.interpreter import Interpreter, choose_interpreter, probe_environment
+from attnforge.client.yank_status import yank_check
 from attnforge.core.kernels import import_names
 from attnforge.engine.environment import Env
 from attnforge.matrix.arch_policy import wheel_runs_on
@@ -33,15 +34,6 @@ EXTENSION = "flash_attn_2_cuda"
 def extension_of(kernel: str) -> str:
     """The module `doctor` imports for a kernel: its compiled extension or the module that loads it."""
     return import_names(kernel)[0]
-
-
-@dataclass
-class Check:
-    """One line of the report."""
-
-    name: str
-    status: str  # ok | fail | warn | skip
-    detail: str
 
 
 def _accel_of_toolkit(toolkit: str) -> str | None:
@@ -211,7 +203,5 @@ def run_doctor(
     checks = [Check("interpreter", "ok", inspected.describe()), *diagnose(data, kernel)]
     fa = data.get("flash_attn") or {}
     if index_url and fa.get("installed"):
-        from attnforge.client.yank_status import yank_check
-
         checks.append(yank_check(index_url, kernel, str(fa["version"]), Env.from_probe(data)))
     return data, checks

@@ -38,6 +38,7 @@ from attnforge.client.records_location import records_base
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.engine.environment import Env, interpreter_abis
 from attnforge.matrix.arch_policy import wheel_runs_on
+from attnforge.matrix.cell import Cell, Toolkit
 from attnforge.matrix.compat import CompatData
 from attnforge.names import cuda_of_variant, cuda_variant, cuda_version, toolkit_of_variant
 from attnforge.publish.index import ALL, JSON_TYPE
@@ -366,8 +367,6 @@ def build_cell_for(
     env: Env, near: Candidate | None, kernel_version: str, kernel: str = PROJECT
 ) -> str | None:
     """The cell id that would build a wheel for this environment (`attnforge build --cell ID`)."""
-    from attnforge.matrix.cell import Cell, Toolkit
-
     if env.torch is None or env.accel is None or env.cxx11_abi is None:
         return None
     toolkit = Toolkit.parse(toolkit_of_variant(env.accel) or env.accel)

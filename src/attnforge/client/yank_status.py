@@ -10,7 +10,7 @@ from __future__ import annotations
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from attnforge.client.doctor import Check
+from attnforge.client.doctor_check import Check
 from attnforge.client.index_fetch import IndexReader
 from attnforge.client.which import fetch_project, yanked_files
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem

@@ -68,7 +68,7 @@ def action_call(args: argparse.Namespace) -> int:
     t1 = time.perf_counter()
     import flash_attn.cute as fa4
 
-    from attnforge.fa4 import calls
+    from attnforge.fa4 import calls  # optional: torch
 
     t2 = time.perf_counter()
     d = declare.parse(json.loads(args.decl))

@@ -31,7 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnforge.builder.compiler import choose_host_compiler
+from attnforge.builder.exits import BuildFailure
 from attnforge.builder.files import sha256_file
+from attnforge.flex.aoti_train import FORWARD_SUFFIX, backward_path
+from attnforge.flex.package import build_wheel
 from attnforge.flex.runtime import MANIFEST
 
 WORKER = "attnforge.flex.worker"
@@ -185,9 +189,6 @@ def aoti_compiler(opts: BuildOptions, work: Path) -> dict[str, Any]:
     with the flash-attn builder's probe: a compiler whose code turns C++ exceptions thrown through torch
     into crashes also makes ``aoti_load_package`` crash (seen on the H100 machine with its /opt/gcc
     wrapper). Sets ``CXX``/``CC`` in this process's environment, which the workers inherit."""
-    from attnforge.builder.compiler import choose_host_compiler
-    from attnforge.builder.exits import BuildFailure
-
     try:
         got = choose_host_compiler(opts.python, work, dict(os.environ), _LogLines(opts.log))  # type: ignore[arg-type]
     except BuildFailure as exc:
@@ -233,8 +234,6 @@ def _aoti_all(entries: list[dict[str, Any]], art: Path, work: Path, opts: BuildO
 def _aoti(v: dict[str, Any], art: Path, work: Path, opts: BuildOptions) -> dict[str, Any]:
     """The variant's AOTInductor package: ``<name>.pt2``, or for a fwd+bwd variant ``<name>.fwd.pt2`` and
     ``<name>.bwd.pt2`` (aoti_train), built, then loaded and checked in a separate process."""
-    from attnforge.flex.aoti_train import FORWARD_SUFFIX, backward_path
-
     name = v["name"]
     pt2 = art / (f"{name}{FORWARD_SUFFIX}" if v.get("backward") else f"{name}.pt2")
     bwd = backward_path(pt2) if v.get("backward") else None
@@ -359,8 +358,6 @@ def build_and_package(
     variants: list[dict[str, Any]], opts: BuildOptions, wheel_dir: Path | None
 ) -> tuple[dict[str, Any], Path | None]:
     """Build the variants, then (if any built and ``wheel_dir`` is given) the attnforge-flex-kernels wheel."""
-    from attnforge.flex.package import build_wheel
-
     manifest = build_variants(variants, opts)
     wheel = None
     if wheel_dir is not None and len(failed(manifest)) < len(manifest["variants"]):

@@ -38,7 +38,7 @@ def trace_and_split(v: dict[str, Any], dev: str) -> tuple[Any, Any, dict[str, An
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.nn.attention.flex_attention import flex_attention
 
-    from attnforge.flex.runtime import mods
+    from attnforge.flex.runtime import mods  # optional: torch
 
     bm = mods.block_mask(v, dev)
     sm = mods.score_mod_for(v, dev)
@@ -106,7 +106,7 @@ def build(v: dict[str, Any], dev: str, forward: Path) -> dict[str, Any]:
     ``backward_path``; returns the seconds each step took."""
     import torch
 
-    from attnforge.flex.runtime import mods
+    from attnforge.flex.runtime import mods  # optional: torch
 
     t0 = time.perf_counter()
     fwd, bwd, info = trace_and_split(v, dev)

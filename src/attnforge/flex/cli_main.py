@@ -27,7 +27,7 @@ def select(variants: list[dict[str, Any]], device: str | None, only: list[str]) 
 def with_defaults(v: dict[str, Any]) -> dict[str, Any]:
     """Fill a plain variant dict the way the pydantic model would (validated there when available)."""
     try:
-        from attnforge.flex.flex_spec import FlexVariant
+        from attnforge.flex.flex_spec import FlexVariant  # optional: pydantic
 
         return FlexVariant.model_validate(v).as_dict()
     except ImportError:
@@ -60,7 +60,7 @@ def read_variants(path: Path) -> list[dict[str, Any]]:
     declarations are expanded by ``spec``, which needs pydantic)."""
     data = json.loads(path.read_text(encoding="utf-8"))
     try:
-        from attnforge.flex.flex_spec import parse_variants
+        from attnforge.flex.flex_spec import parse_variants  # optional: pydantic
     except ImportError:
         if isinstance(data, list):
             return data

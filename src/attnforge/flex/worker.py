@@ -37,6 +37,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from attnforge.flex import aoti_train
+from attnforge.flex.cachekeys import capture
+from attnforge.flex.runtime import TrainPackages, envkeys, load_package, precompiled
+from attnforge.flex.runtime.precompiled import WHEEL_PACKAGE, wheel_package
+
 RESULT_PREFIX = "@@flex-result "
 
 
@@ -65,8 +70,8 @@ def _sync(device: str) -> None:
 def _reference_err(v: dict[str, Any], out: Any, q: Any, k: Any, vv: Any) -> float:
     """max |out - fp32 dense reference| (same mask and score_mod)."""
 
-    from attnforge.flex.runtime import mods
-    from attnforge.reference import attention_ref
+    from attnforge.flex.runtime import mods  # optional: torch
+    from attnforge.reference import attention_ref  # optional: torch
 
     s = q.shape[-2]
     mask = mods.dense_mask(v, s, q.device)
@@ -112,7 +117,7 @@ def _run_checked(v: dict[str, Any], run: Any, q: Any, k: Any, vv: Any) -> tuple[
 def megacache(v: dict[str, Any], out: str) -> dict[str, Any]:
     import torch
 
-    from attnforge.flex.runtime import envkeys, mods
+    from attnforge.flex.runtime import mods  # optional: torch
 
     dev = v.get("device", "cuda")
     q, k, vv = mods.make_inputs(v, dev, grad=bool(v.get("backward")))
@@ -140,8 +145,6 @@ def precompile(v: dict[str, Any], out: str) -> dict[str, Any]:
     runtime under the wheel's import name, so the saved guards name modules the wheel has."""
     import importlib
 
-    from attnforge.flex.runtime.precompiled import WHEEL_PACKAGE, wheel_package
-
     wheel_package(source_first=True)
     mods = importlib.import_module(f"{WHEEL_PACKAGE}.mods")
     precompiled = importlib.import_module(f"{WHEEL_PACKAGE}.precompiled")
@@ -164,12 +167,10 @@ def aoti_build(v: dict[str, Any], out: str) -> dict[str, Any]:
     (``out`` and ``aoti_train.backward_path(out)``)."""
     import torch
 
-    from attnforge.flex.runtime import mods
+    from attnforge.flex.runtime import mods  # optional: torch
 
     dev = v.get("device", "cuda")
     if v.get("backward"):
-        from attnforge.flex import aoti_train
-
         t0 = time.perf_counter()
         info = aoti_train.build(v, dev, Path(out))
         return {"ok": True, "build_s": round(time.perf_counter() - t0, 3), "path": out, "train": info}
@@ -183,20 +184,16 @@ def aoti_build(v: dict[str, Any], out: str) -> dict[str, Any]:
 
 def _load_packages(v: dict[str, Any], package: str) -> Any:
     """As attnforge_flex loads them (no vector-ISA probe): the package, or a fwd+bwd variant's pair."""
-    from attnforge.flex.runtime import TrainPackages, load_package
-
     if not v.get("backward"):
         return load_package(Path(package))
-    from attnforge.flex.aoti_train import backward_path
-
-    return TrainPackages(load_package(Path(package)), load_package(backward_path(Path(package))))
+    return TrainPackages(load_package(Path(package)), load_package(aoti_train.backward_path(Path(package))))
 
 
 def _grad_err(v: dict[str, Any], fn: Any) -> dict[str, Any]:
     """fwd+bwd through ``fn`` vs eager flex_attention: max |difference| of dq, dk, dv."""
     import torch
 
-    from attnforge.flex.runtime import mods
+    from attnforge.flex.runtime import mods  # optional: torch
 
     dev = v.get("device", "cuda")
     q, k, vv = mods.make_inputs(v, dev, grad=True)
@@ -209,7 +206,7 @@ def _grad_err(v: dict[str, Any], fn: Any) -> dict[str, Any]:
 
 
 def aoti_run(v: dict[str, Any], package: str) -> dict[str, Any]:
-    from attnforge.flex.runtime import mods
+    from attnforge.flex.runtime import mods  # optional: torch
 
     dev = v.get("device", "cuda")
     q, k, vv = mods.make_inputs(v, dev)
@@ -273,7 +270,7 @@ def first_call(
 
     import torch
 
-    from attnforge.flex.runtime import mods
+    from attnforge.flex.runtime import mods  # optional: torch
 
     dev = v.get("device", "cuda")
     q, k, vv = mods.make_inputs(v, dev, grad=backward)
@@ -292,8 +289,6 @@ def first_call(
             o = package(q, k, vv)
             return o[0] if isinstance(o, (list, tuple)) else o
     elif mode == "precompiled":
-        from attnforge.flex.runtime import precompiled
-
         fn = precompiled.load(str(artifact), trust_cpu_isa=dev == "cpu")
         load_s = time.perf_counter() - t0
         t1 = time.perf_counter()
@@ -396,8 +391,6 @@ def _key_log(path: str | None) -> Any:
 
     if not path:
         return contextlib.nullcontext()
-    from attnforge.flex.cachekeys import capture
-
     return capture(path)
 
 

@@ -11,6 +11,7 @@ from packaging.version import InvalidVersion, Version
 
 from attnforge.core.docker_cli import Docker
 from attnforge.core.errors import EnvironmentProblem
+from attnforge.engine import env_probe as probe
 from attnforge.engine.environment import PROBE_MARK, Env
 from attnforge.matrix.compat import NgcRelease
 from attnforge.names import cuda_version
@@ -57,8 +58,6 @@ class BaseFacts:
 
 def probe_base(docker: Docker, image: str) -> BaseFacts:
     """Run engine/env_probe.py and the constraint probe in the image (one container, no network)."""
-    from attnforge.engine import env_probe as probe
-
     script = 'python -c "$1" flash-attn && python -c "$2"'
     source = Path(probe.__file__).read_text(encoding="utf-8")
     res = docker.run("run", "--rm", "--network", "none", image, "sh", "-c", script, "sh", source, _NGC_PROBE)

@@ -15,6 +15,7 @@ from attnforge.images.ngc import BaseFacts
 from attnforge.images.tags import ImageSpec, parity_text
 from attnforge.matrix.cell import Cell
 from attnforge.matrix.compat import NgcRelease
+from attnforge.wheels.manifest import check_matches_wheel, read_manifest
 from attnforge.wheels.naming import profile_tag_from_manifest
 
 
@@ -47,8 +48,6 @@ class Skipped:
 
 def read_wheel_manifests(wheels_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
     """(wheel, manifest) for every `*.whl.manifest.json` whose wheel is present and matches its bytes."""
-    from attnforge.wheels.manifest import check_matches_wheel, read_manifest
-
     out: list[tuple[Path, dict[str, Any]]] = []
     for mpath in sorted(wheels_dir.glob("*.whl.manifest.json")):
         data = read_manifest(mpath)

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 
 from attnforge.parity.cases import Case
+from attnforge.parity.fa3 import run_case as run_fa3
+from attnforge.parity.flash import run_case
 from attnforge.parity.flash_tensors import SUITE
 from attnforge.parity.parity_report import FAILED, Result
 
@@ -95,13 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     if case.impl == "fa3":
         import flash_attn_interface
 
-        from attnforge.parity.fa3 import run_case as run_fa3
-
         results = run_fa3(flash_attn_interface, case, device=device, seed=seed)
     else:
         import flash_attn
-
-        from attnforge.parity.flash import run_case
 
         results = run_case(flash_attn, case, device=device, seed=seed)
     out = []

@@ -1,7 +1,8 @@
 """Run the GPU parity suites and write the reports: ``python -m attnforge.parity.parity_run --out DIR``.
 
-Standard library + torch only, so it runs in the fresh venv that holds the wheel under test. Exit codes:
-0 all ran cases passed, 6 a case failed, 5 no GPU (reports are still written, every case skipped).
+Standard library + torch only, so it runs in the fresh venv that holds the wheel under test (the suites import
+the kernel and the client they test; ``--record`` writes the manifest, which needs pydantic). Exit codes: 0 all
+ran cases passed, 6 a case failed, 5 no GPU (reports are still written, every case skipped).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from typing import Any
 
 from attnforge.engine.env_probe import nvidia_driver
 from attnforge.parity import cases as C
+from attnforge.parity import fa3cases
 from attnforge.parity import profile as P
 from attnforge.parity.parity_report import FAILED, SKIPPED, Report, Result
+from attnforge.parity.upstream import run as run_upstream
 
 SUITES = ("flash", "flex", "sdpa", "hf")  # "flash": the wheel's kernel (FA2 cases, or FA3's for flash-attn-3)
 WHEEL_SUITES = (
@@ -112,8 +115,8 @@ def run(args: argparse.Namespace) -> tuple[Report, int]:
         if fa is None:
             report.add(Result("flash_attn", "flash_attn", "-", "-", SKIPPED, reason=fa_why))
         else:
-            from attnforge.parity.flash import run_case
-            from attnforge.parity.flash_child import run_case_isolated
+            from attnforge.parity.flash import run_case  # optional: torch
+            from attnforge.parity.flash_child import run_case_isolated  # optional: torch
 
             todo = C.flash_cases(prof, quick=args.quick)
             log(f"flash_attn {full_version}: {len(todo)} cases; profile {prof.describe()}")
@@ -125,13 +128,13 @@ def run(args: argparse.Namespace) -> tuple[Report, int]:
                     _progress(log, r)
             _run_upstream(args, prof, report, log)
     if "sdpa" in suites:
-        from attnforge.parity.sdpa import run_all
+        from attnforge.parity.sdpa import run_all  # optional: torch
 
         for r in run_all():
             report.add(r)
             _progress(log, r)
     if "flex" in suites:
-        from attnforge.parity.flexcases import parity_variants, run_variant
+        from attnforge.parity.flexcases import parity_variants, run_variant  # optional: torch
 
         for v in parity_variants(dtypes=("bf16",) if args.quick else ("bf16", "fp16")):
             for r in run_variant(v, "cuda"):
@@ -152,7 +155,7 @@ def run(args: argparse.Namespace) -> tuple[Report, int]:
         if fa is None:
             report.add(Result("hf", "transformers[flash_attention_2]", "-", "-", SKIPPED, reason=fa_why))
         else:
-            from attnforge.parity.hf import run as run_hf
+            from attnforge.parity.hf import run as run_hf  # optional: torch
 
             for r in run_hf(prof):
                 report.add(r)
@@ -173,9 +176,8 @@ def _run_fa3(
     if fa3 is None:
         report.add(Result("flash_attn_3", "flash_attn_interface", "-", "-", SKIPPED, reason=why))
         return
-    from attnforge.parity import fa3cases
-    from attnforge.parity.fa3 import run_case
-    from attnforge.parity.flash_child import run_case_isolated
+    from attnforge.parity.fa3 import run_case  # optional: torch
+    from attnforge.parity.flash_child import run_case_isolated  # optional: torch
 
     todo = fa3cases.fa3_cases(prof, quick=args.quick)
     log(f"flash_attn_3 {version}: {len(todo)} cases; profile {prof.describe()}")
@@ -190,8 +192,6 @@ def _run_upstream(args: argparse.Namespace, prof: P.WheelProfile, report: Report
     """A sample of upstream's own tests for the wheel's kernel, when --upstream-tests is given."""
     if not args.upstream_tests:
         return
-    from attnforge.parity.upstream import run as run_upstream
-
     log(f"upstream tests: sampling {args.upstream_sample} from {args.upstream_tests}")
     for r in run_upstream(
         prof,
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{time.perf_counter() - t0:.0f} s on {report.device}; {paths['json']}"
     )
     if args.record and args.manifest:
-        from attnforge.wheels.manifest import record_parity
+        from attnforge.wheels.manifest import record_parity  # optional: pydantic (--record only)
 
         record_parity(
             Path(args.manifest),

@@ -2,7 +2,7 @@
 
 Read from the wheel's manifest (``<wheel>.manifest.json``, docs/contracts.md) when there is one, else from
 the local version's profile tag looked up in matrix.yaml's ``profiles``, else upstream's full set.
-Standard library only.
+Standard library only (PyYAML, when installed, reads matrix.yaml's ``profiles``).
 """
 
 from __future__ import annotations

@@ -8,31 +8,25 @@ record's `parity: passed`; GPU, driver, date and report from the manifest's pari
 no wheel here) and `refused` (the plan's rules and their reasons). A stable-ABI (abi3) wheel serves a range of
 torch releases and Pythons: it is one row (`torch >= floor`) whose one cell spans the Python columns.
 
-`CoveragePage` is the index's root page writer (`StaticIndex(root_page=...)`): every generation, whether a
-publish or a yank made it, gets `index.html` (`coverage_html`) and `coverage.json` (the plan snapshot and the
-grid as data) at its root.
+`coverage_page.CoveragePage` writes it at the root of every generation of an index (`index.html`,
+`coverage.json`).
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 from packaging.version import InvalidVersion, Version
 
-from attnforge.builder.files import atomic_write_bytes
 from attnforge.names import parse_toolkit, toolkit_of_variant
 from attnforge.publish.coverage_plan import PlannedCell, PlanSnapshot
-from attnforge.publish.index import ALL, FileRecord, slot
+from attnforge.publish.index import FileRecord, slot
 from attnforge.publish.install_commands import pip_command, uv_config
 from attnforge.wheels.naming import parse_local, torch_family
-from attnforge.wheels.records import TORCH_CHECKS_SUFFIX
-from attnforge.wheels.torch_checks import TorchCheck, parse_checks
+from attnforge.wheels.torch_checks import TorchCheck
 
 COVERAGE_JSON = "coverage.json"
 STATES = ("parity-passed", "built", "yanked", "not-built", "refused")
@@ -354,62 +348,3 @@ def summary(sections: list[Section]) -> dict[str, int]:
                 for e in entries:
                     counts[e.state] += 1
     return counts
-
-
-# ---------------------------------------------------------------- the page writer
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def load_plan(generation: Path | None) -> PlanSnapshot | None:
-    """The plan snapshot a generation's coverage.json holds (None when it has none)."""
-    if generation is None:
-        return None
-    data = _read_json(generation / COVERAGE_JSON).get("plan")
-    return PlanSnapshot.from_json(data) if isinstance(data, dict) else None
-
-
-class CoveragePage:
-    """The root page writer of an index: the coverage page and its data, from the records and a plan.
-
-    `plan` None keeps the plan of the generation being replaced (a yank, a publish without a matrix).
-    """
-
-    def __init__(self, plan: PlanSnapshot | None = None) -> None:
-        self.plan = plan
-
-    def __call__(self, gen: Path, previous: Path | None, records: dict[str, FileRecord]) -> None:
-        from attnforge.publish.coverage_html import render_page
-
-        plan = self.plan if self.plan is not None else load_plan(previous)
-        manifests = {
-            f: _read_json(gen / r.variant / "simple" / r.project / (f + ".manifest.json"))
-            for f, r in records.items()
-        }
-        checks = {
-            f: parse_checks(
-                _read_json(gen / r.variant / "simple" / r.project / (f + TORCH_CHECKS_SUFFIX)), r.sha256
-            )
-            for f, r in records.items()
-        }
-        sections = build_sections(records, manifests, plan, checks)
-        generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        variants = sorted({r.variant for r in records.values()})
-        page = render_page(sections, [ALL, *variants], generated, plan.notes if plan else [])
-        atomic_write_bytes(gen / "index.html", page.encode("utf-8"))
-        data = {
-            "schema": 1,
-            "generated": generated,
-            "plan": plan.to_json() if plan else None,
-            "summary": summary(sections),
-            "sections": [asdict(s) for s in sections],
-        }
-        atomic_write_bytes(
-            gen / COVERAGE_JSON, (json.dumps(data, separators=(",", ":")) + "\n").encode("utf-8")
-        )

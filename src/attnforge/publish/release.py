@@ -21,11 +21,13 @@ from pathlib import Path
 from attnforge.core.errors import AttnforgeError, ConfigurationError, PublishError
 from attnforge.matrix.destinations import Destination, ad_hoc, resolve_credentials
 from attnforge.matrix.project import Project
-from attnforge.publish.coverage import CoveragePage
+from attnforge.publish.coverage_page import CoveragePage
 from attnforge.publish.coverage_plan import PlanSnapshot
 from attnforge.publish.index import Bundle, PublishReport, StaticIndex, check_conflicts
 from attnforge.publish.record_gate import attach_torch_checks, check_build_records, parity_verdicts
+from attnforge.publish.record_site import write_records
 from attnforge.publish.server_deadline import Deadline
+from attnforge.publish.upload import publish_to_server
 from attnforge.wheels import wheel_claims
 from attnforge.wheels.manifest import MANIFEST_SUFFIX, check_matches_wheel, manifest_path_for, read_manifest
 from attnforge.wheels.signing_keys import TrustedKey
@@ -244,16 +246,12 @@ def publish(
             return report
         return index.publish(bundles)
     if dest.kind == "pypiserver":
-        from attnforge.publish.upload import publish_to_server
-
         assert dest.url is not None
         creds = resolve_credentials(dest, base)
         report = publish_to_server(dest.url, creds, bundles, log, dry_run=dry_run, deadline=deadline)
         if dry_run:
             return report
         if dest.records:  # the server keeps packages only: the records go where consumers can read them
-            from attnforge.publish.record_site import write_records
-
             root = Path(dest.records)
             done = [*report.added, *report.unchanged]
             report.notes.append(write_records(bundles, root if root.is_absolute() else base / root, done))

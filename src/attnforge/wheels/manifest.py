@@ -20,6 +20,7 @@ from attnforge.builder.files import atomic_write_bytes, sha256_file
 from attnforge.core.errors import BuildError, PublishError
 from attnforge.core.kernels import head_dims as kernel_head_dims
 from attnforge.matrix.cell import Cell
+from attnforge.wheels.parity_binding import load_report
 
 MANIFEST_SUFFIX = ".manifest.json"
 SCHEMA = 1
@@ -208,8 +209,6 @@ def record_parity(
 
 def record_from_report(manifest: Path, report_json: Path, report_ref: str | None = None) -> dict[str, Any]:
     """Record what a parity.json says: passed when it has no failure and at least one passed case."""
-    from attnforge.wheels.parity_binding import load_report
-
     rep = load_report(report_json)
     passed = int(rep.get("failed", 1)) == 0 and int(rep.get("passed", 0)) > 0
     return record_parity(manifest, passed, str(rep.get("device")), report_ref or str(report_json))

@@ -50,7 +50,7 @@ def existing_records(wheel: Path) -> list[Path]:
 def write_build_records(wheel: Path, manifest: dict[str, Any], key: SiteKey) -> list[Path]:
     """Write the SBOM and the signed provenance of a finalized wheel beside it; a parity record about other
     bytes (an earlier wheel of the same name) is removed."""
-    from attnforge.wheels.sbom import make_sbom  # cyclonedx only where an SBOM is written
+    from attnforge.wheels.sbom import make_sbom  # start-up cost: cyclonedx only where an SBOM is written
 
     sbom = make_sbom(wheel, manifest)
     sbom_path = record_path(wheel, SBOM_SUFFIX)

@@ -9,9 +9,9 @@ import click
 
 from attnforge.ci.cibuildwheel_config import caveats, cibuildwheel_config, to_toml
 from attnforge.ci.sync import compare, write
+from attnforge.ci.workflow_spec import CiSettings
 from attnforge.ci.workflows import (
     DEFAULT_TARGETS,
-    CiSettings,
     actionlint_config,
     parse_target_options,
     render,

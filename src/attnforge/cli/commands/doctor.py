@@ -14,11 +14,13 @@ from attnforge.cli.options import (
     trusted_key_option,
     user_python_option,
 )
+from attnforge.client.doctor_check import Check
 from attnforge.client.index_fetch import TOTAL_BUDGET_S, shared_deadline
-from attnforge.core.errors import ConfigurationError, EnvironmentProblem
+from attnforge.core.errors import ConfigurationError, EnvironmentProblem, RecordRefused
 from attnforge.core.index_urls import redact_urls
 from attnforge.core.kernels import KERNELS
 from attnforge.matrix.project import Project
+from attnforge.wheels.signing_keys import project_signing, trusted_keys
 
 _STYLE = {"ok": "green", "fail": "red", "warn": "yellow", "skip": "blue"}
 
@@ -77,8 +79,8 @@ def command(
     Exit 5 when a check fails (torch or ABI mismatch, extension not loading, GPU arch not compiled, a record
     or an installed file that does not match); a yanked wheel is a warning.
     """
-    from attnforge.client.doctor import Check, run_doctor
-    from attnforge.client.interpreter import choose_interpreter
+    from attnforge.client.doctor import run_doctor  # start-up cost
+    from attnforge.client.interpreter import choose_interpreter  # start-up cost
 
     if verify and not index_url:
         raise ConfigurationError(
@@ -88,9 +90,7 @@ def command(
         interp = choose_interpreter(python)
         data, checks = run_doctor(interp, kernel, index_url)
         if verify and index_url:
-            from attnforge.client.record_check import verify_installed
-            from attnforge.core.errors import RecordRefused
-            from attnforge.wheels.signing_keys import project_signing, trusted_keys
+            from attnforge.client.record_check import verify_installed  # start-up cost
 
             try:
                 lines = verify_installed(

@@ -115,7 +115,7 @@ def plan(project: Project, fmt: str) -> None:
 def build(project: Project, decls: Path | None, out: Path, python: str) -> None:
     """Compile each declaration on this GPU (fresh process, empty cache each), collect FA4's cache entries
     and package them as the `attnforge-fa4-kernels` wheel."""
-    from attnforge.fa4 import declare
+    from attnforge.fa4 import declare  # start-up cost
 
     try:
         if decls is None:
@@ -145,7 +145,7 @@ def build(project: Project, decls: Path | None, out: Path, python: str) -> None:
 )
 def package(artifacts: Path, out: Path) -> None:
     """Package built FA4 cache entries (ARTIFACTS: manifest.json and cache/) as a wheel."""
-    from attnforge.fa4.package import PackageError, build_wheel
+    from attnforge.fa4.package import PackageError, build_wheel  # start-up cost
 
     try:
         click.echo(str(build_wheel(artifacts, out)))

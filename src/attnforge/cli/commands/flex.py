@@ -17,7 +17,7 @@ def declared_variants(project: Project, variants_file: Path | None, defaults: bo
     --defaults) the built-in set."""
     import yaml
 
-    from attnforge.flex.flex_spec import DEFAULT_VARIANTS, load_variants, parse_variants
+    from attnforge.flex.flex_spec import DEFAULT_VARIANTS, load_variants, parse_variants  # start-up cost
 
     if variants_file is not None:
         return load_variants(variants_file)
@@ -96,7 +96,7 @@ def build(
     cache_key_log: Path | None,
 ) -> None:
     """Compile each variant on this machine (fresh process and cache each) and package the result."""
-    from attnforge.flex.aot_build import BuildOptions, build_and_package, failed
+    from attnforge.flex.aot_build import BuildOptions, build_and_package, failed  # start-up cost
 
     vs = [
         v for v in declared_variants(project, variants_file, defaults) if device is None or v.device == device
@@ -153,7 +153,7 @@ def list_(project: Project, variants_file: Path | None, defaults: bool) -> None:
 @click.argument("artifacts", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def check(artifacts: Path) -> None:
     """Whether this machine can use an artifacts folder (torch, Triton, CUDA, GPU, Python must match)."""
-    from attnforge.flex.runtime import envkeys, read_manifest
+    from attnforge.flex.runtime import envkeys, read_manifest  # start-up cost
 
     try:
         data = read_manifest(artifacts)

@@ -14,7 +14,10 @@ import click
 from attnforge.cli.options import requested_settings
 from attnforge.core.docker_cli import Docker
 from attnforge.core.errors import ConfigurationError, NothingToDoError, TestFailure
+from attnforge.core.package_files import DOCKER_DIR_ENV, inside_installed_package
 from attnforge.core.pins import cpu_torch
+from attnforge.engine.backends.pipplan import plan_pip
+from attnforge.engine.base_images import BaseRecord, current_pin, is_local_name, load_bases, write_bases
 from attnforge.matrix.project import Project
 
 
@@ -183,8 +186,7 @@ def build_cmd(project: Project, /, **options: Any) -> None:
 
     The set is recorded in <wheels>/images.json; `--push` (or `images push`) pushes all of it or nothing.
     """
-    from attnforge.engine.backends.pipplan import plan_pip
-    from attnforge.images.build_inputs import (
+    from attnforge.images.build_inputs import (  # start-up cost
         ca_bundle_of,
         dry_run_lines,
         gather_requests,
@@ -194,11 +196,11 @@ def build_cmd(project: Project, /, **options: Any) -> None:
         prepare_ngc_bases,
         wheels_dir_of,
     )
-    from attnforge.images.credentials import resolve_credentials
-    from attnforge.images.ngc import NGC_IMAGE_TEMPLATE, STANDIN_TEMPLATE
-    from attnforge.images.project_data import optional_matrix
-    from attnforge.images.push import push_set
-    from attnforge.images.runtime_image import BuildOptions, build_set, git_revision
+    from attnforge.images.credentials import resolve_credentials  # start-up cost
+    from attnforge.images.ngc import NGC_IMAGE_TEMPLATE, STANDIN_TEMPLATE  # start-up cost
+    from attnforge.images.project_data import optional_matrix  # start-up cost
+    from attnforge.images.push import push_set  # start-up cost
+    from attnforge.images.runtime_image import BuildOptions, build_set, git_revision  # start-up cost
 
     o = ImageBuildOptions(**options)
     creds = resolve_credentials(o.username, o.password_env, o.password_file) if o.push_to else None
@@ -309,10 +311,10 @@ def push_cmd(
     password_file: Path | None,
 ) -> None:
     """Push every tag of the last built image set, or nothing: a failure rolls back what was pushed (exit 7)."""
-    from attnforge.images.build_inputs import wheels_dir_of
-    from attnforge.images.credentials import resolve_credentials
-    from attnforge.images.push import push_set
-    from attnforge.images.record import read_record
+    from attnforge.images.build_inputs import wheels_dir_of  # start-up cost
+    from attnforge.images.credentials import resolve_credentials  # start-up cost
+    from attnforge.images.push import push_set  # start-up cost
+    from attnforge.images.record import read_record  # start-up cost
 
     if dest_name:
         matrix = project.matrix
@@ -345,7 +347,7 @@ def push_cmd(
 )
 def smoke_cmd(image: str, gpu: bool | None) -> None:
     """Run the smoke test inside IMAGE, with the expectations its labels state (exit 6 on failure)."""
-    from attnforge.images.image_smoke import engine_has_gpu, expect_from_labels, run_smoke
+    from attnforge.images.image_smoke import engine_has_gpu, expect_from_labels, run_smoke  # start-up cost
 
     dk = Docker()
     expect = expect_from_labels(dk.labels(image))
@@ -386,9 +388,8 @@ def standin_cmd(
     force: bool,
 ) -> None:
     """Make attnforge-standin/ngc-pytorch:RELEASE, a local stand-in for nvcr.io/nvidia/pytorch:RELEASE-py3."""
-    from attnforge.engine.backends.pipplan import plan_pip
-    from attnforge.images.build_inputs import ca_bundle_of, pip_netrc_of, pip_options_of
-    from attnforge.images.standin import ensure_standin
+    from attnforge.images.build_inputs import ca_bundle_of, pip_netrc_of, pip_options_of  # start-up cost
+    from attnforge.images.standin import ensure_standin  # start-up cost
 
     options = pip_options_of(project, True, _log)
     plan = plan_pip(torch_index=torch_index, options=options)
@@ -412,9 +413,7 @@ def standin_cmd(
 @click.option("--update-local", is_flag=True, help="Re-pin every local base that exists on this machine.")
 def bases_cmd(update: tuple[str, ...], update_local: bool) -> None:
     """Show docker/bases.toml against this machine; --update rewrites pins (registry bases are pulled)."""
-    from attnforge.core.package_files import DOCKER_DIR_ENV, inside_installed_package
-    from attnforge.engine.base_images import BaseRecord, current_pin, is_local_name, load_bases, write_bases
-    from attnforge.images.runtime_image import docker_dir
+    from attnforge.images.runtime_image import docker_dir  # start-up cost
 
     path = docker_dir() / "bases.toml"
     bases = load_bases(path)
@@ -457,7 +456,7 @@ def bases_cmd(update: tuple[str, ...], update_local: bool) -> None:
 @click.option("--password-env", default="ATTNFORGE_REGISTRY_PASSWORD", show_default=True, metavar="VAR")
 def registry_cmd(port: int, username: str, password_env: str) -> None:
     """Run a throwaway authenticated registry (Debian's docker-registry) on 127.0.0.1 until Ctrl-C."""
-    from attnforge.images.localregistry import LocalRegistry
+    from attnforge.images.localregistry import LocalRegistry  # start-up cost
 
     password = os.environ.get(password_env)
     if not password:

@@ -8,6 +8,16 @@ import click
 
 from attnforge.core.errors import AttnforgeError
 from attnforge.matrix.project import Project
+from attnforge.wheels.signing_keys import (
+    KEY_ENV,
+    describe,
+    generate_key,
+    local_key_path,
+    project_signing,
+    public_path_for,
+    signing_key,
+    trusted_keys,
+)
 
 
 @click.group("keys")
@@ -26,15 +36,6 @@ def generate(project: Project, path: Path | None, force: bool) -> None:
     Give the private key to the machines that build and run parity (`signing.key` in matrix.yaml or
     $ATTNFORGE_SIGNING_KEY), the public key to those that publish and install (`signing.trusted_keys`).
     """
-    from attnforge.wheels.signing_keys import (
-        KEY_ENV,
-        generate_key,
-        local_key_path,
-        project_signing,
-        public_path_for,
-        signing_key,
-    )
-
     target = path if path is not None else local_key_path()
     key = generate_key(target, overwrite=force)
     click.echo(f"key {key.keyid}", err=True)
@@ -57,15 +58,6 @@ def generate(project: Project, path: Path | None, force: bool) -> None:
 @click.pass_obj
 def show(project: Project) -> None:
     """Which key signs records here, and which keys publish trusts (nothing is created)."""
-    from attnforge.wheels.signing_keys import (
-        KEY_ENV,
-        describe,
-        local_key_path,
-        project_signing,
-        signing_key,
-        trusted_keys,
-    )
-
     config = project_signing(project)
     key = signing_key(config, create=False)
     if key is None:

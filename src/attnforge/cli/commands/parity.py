@@ -10,8 +10,11 @@ from pathlib import Path
 
 import click
 
+from attnforge.builder.files import sha256_file
 from attnforge.core.errors import EnvironmentProblem, TestFailure
 from attnforge.matrix.project import Project
+from attnforge.wheels.manifest import MANIFEST_SUFFIX, record_from_report
+from attnforge.wheels.signing_keys import project_signing, short, signing_key
 
 
 @click.group("parity")
@@ -100,7 +103,7 @@ def run(
 
     The wheel's manifest names its kernel: a flash-attn-3 wheel runs FA3's cases (flash_attn_interface). With
     --upstream-tests, a sample of upstream's own test_flash_attn.py runs too (FA3: hopper/, FA2: tests/)."""
-    from attnforge.parity.venv import install, make_venv
+    from attnforge.parity.venv import install, make_venv  # start-up cost
 
     if manifest is None and wheel is not None:
         cand = wheel.with_name(wheel.name + ".manifest.json")
@@ -131,8 +134,6 @@ def run(
         str(project.matrix_path),
     ]
     if wheel is not None:
-        from attnforge.builder.files import sha256_file
-
         cmd += ["--wheel", wheel.name, "--wheel-sha256", sha256_file(wheel)]
     if manifest is not None:
         cmd += ["--manifest", str(manifest)] + (["--record"] if record else [])
@@ -166,8 +167,7 @@ def run(
 
 def _sign(project: Project, wheel: Path, report: Path, results: Path | None, ref: str | None = None) -> None:
     """Sign the run's outcome about the wheel's bytes (`<wheel>.parity.intoto.json`, `attnforge docs records`)."""
-    from attnforge.parity.parity_statement import sign_run
-    from attnforge.wheels.signing_keys import project_signing, short, signing_key
+    from attnforge.parity.parity_statement import sign_run  # start-up cost
 
     key = signing_key(project_signing(project), log=lambda m: click.echo(m, err=True))
     assert key is not None
@@ -197,8 +197,6 @@ def record(
 ) -> None:
     """Record a parity.json's outcome in a wheel's manifest (`parity: {passed, device, report, date}`) and
     sign it about the wheel beside the manifest (`<wheel>.parity.intoto.json`)."""
-    from attnforge.wheels.manifest import MANIFEST_SUFFIX, record_from_report
-
     wheel = manifest.with_name(manifest.name.removesuffix(MANIFEST_SUFFIX))
     if results is None and report.with_name(report.stem + ".results.json").is_file():
         results = report.with_name(report.stem + ".results.json")
@@ -225,8 +223,8 @@ def trace(wheel: Path, python: str) -> None:
     Exit 6 when the check fails (recorded as failed)."""
     import hashlib
 
-    from attnforge.parity.import_trace import import_trace
-    from attnforge.wheels.torch_checks import add_check
+    from attnforge.parity.import_trace import import_trace  # start-up cost
+    from attnforge.wheels.torch_checks import add_check  # start-up cost
 
     check = import_trace(python)
     sha = hashlib.sha256(wheel.read_bytes()).hexdigest()

@@ -10,6 +10,7 @@ import click
 from attnforge.cli.options import trusted_key_option
 from attnforge.matrix.project import Project
 from attnforge.publish.server_deadline import DEFAULT_TIMEOUT_S, Deadline
+from attnforge.wheels.signing_keys import project_signing, trusted_keys
 
 
 def _log(message: str) -> None:
@@ -67,8 +68,8 @@ def command(
     says passed. A static index gets a coverage page at its root (index.html): every planned cell of
     matrix.yaml and what the index holds for it.
     """
-    from attnforge.publish.coverage_plan import snapshot
-    from attnforge.publish.release import (
+    from attnforge.publish.coverage_plan import snapshot  # start-up cost
+    from attnforge.publish.release import (  # start-up cost
         check_static_root,
         collect_bundles,
         default_sources,
@@ -77,7 +78,6 @@ def command(
         publish,
         resolve_destination,
     )
-    from attnforge.wheels.signing_keys import project_signing, trusted_keys
 
     dest, base = resolve_destination(project, target)
     exclude = []

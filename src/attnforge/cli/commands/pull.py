@@ -55,11 +55,11 @@ def command(
 
     Exit 3 when none fits (every candidate's reason is printed), 7 when the registry refuses.
     """
-    from attnforge.client.pull import choose, detect_host, host_from_args, why_text
-    from attnforge.images.credentials import resolve_credentials
-    from attnforge.images.image_smoke import engine_has_gpu, expect_from_labels, run_smoke
-    from attnforge.images.project_data import optional_compat
-    from attnforge.images.registry import Registry
+    from attnforge.client.pull import choose, detect_host, host_from_args, why_text  # start-up cost
+    from attnforge.images.credentials import resolve_credentials  # start-up cost
+    from attnforge.images.image_smoke import engine_has_gpu, expect_from_labels, run_smoke  # start-up cost
+    from attnforge.images.project_data import optional_compat  # start-up cost
+    from attnforge.images.registry import Registry  # start-up cost
 
     if not registry:
         raise ConfigurationError("give --registry HOST:PORT (or set $ATTNFORGE_REGISTRY)")

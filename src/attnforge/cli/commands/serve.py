@@ -49,7 +49,7 @@ def command(project: Project, directory: Path | None, port: int, host: str, idle
       pip install flash-attn --index-url http://127.0.0.1:PORT/<variant>/simple
     The first line printed is `serving DIR at URL`, for scripts that start it with --port 0.
     """
-    from attnforge.publish.index_server import index_root, make_server
+    from attnforge.publish.index_server import index_root, make_server  # start-up cost
 
     root = index_root(directory or _default_dir(project))
     if host not in ("127.0.0.1", "localhost", "::1"):

@@ -6,8 +6,12 @@ from pathlib import Path
 
 import click
 
-from attnforge.core.errors import ConfigurationError
+from attnforge.core.errors import BuildError, ConfigurationError
 from attnforge.matrix.project import Project
+from attnforge.wheels.finalize import finalize, verify
+from attnforge.wheels.manifest import check_matches_wheel, manifest_path_for, read_manifest
+from attnforge.wheels.records import write_build_records
+from attnforge.wheels.signing_keys import project_signing, short, signing_key
 
 
 @click.group("wheels")
@@ -47,8 +51,6 @@ def finalize_cmd(
 
     The wheel is reproducible: the same input and SOURCE_DATE_EPOCH give the same bytes.
     """
-    from attnforge.wheels.finalize import finalize
-
     res = finalize(
         wheel,
         manifest,
@@ -66,10 +68,6 @@ def finalize_cmd(
 
 
 def _sign(project: Project, wheels: list[Path]) -> None:
-    from attnforge.wheels.manifest import manifest_path_for, read_manifest
-    from attnforge.wheels.records import write_build_records
-    from attnforge.wheels.signing_keys import project_signing, short, signing_key
-
     key = signing_key(project_signing(project), log=lambda m: click.echo(m, err=True))
     assert key is not None
     for wheel in wheels:
@@ -87,8 +85,7 @@ def sign_cmd(project: Project, wheels: tuple[Path, ...]) -> None:
 
     The wheel must match its manifest (bytes and names) first: what is signed is what the manifest says.
     """
-    from attnforge.wheels import wheel_claims
-    from attnforge.wheels.manifest import check_matches_wheel, manifest_path_for, read_manifest
+    from attnforge.wheels import wheel_claims  # start-up cost
 
     for wheel in wheels:
         data = read_manifest(manifest_path_for(wheel))
@@ -103,9 +100,6 @@ def sign_cmd(project: Project, wheels: tuple[Path, ...]) -> None:
 )
 def verify_cmd(wheels: tuple[Path, ...]) -> None:
     """Check finalized wheels (RECORD, names, torch pin, manifest, check-wheel-contents); exit 4 on a problem."""
-    from attnforge.core.errors import BuildError
-    from attnforge.wheels.finalize import verify
-
     bad = 0
     for wheel in wheels:
         problems = verify(wheel)
@@ -135,10 +129,15 @@ def index_cmd(project: Project, sources: tuple[Path, ...], out: Path) -> None:
 
     No parity gate here: `attnforge publish --to NAME` applies the destination's rules.
     """
-    from attnforge.publish.coverage import CoveragePage
-    from attnforge.publish.coverage_plan import snapshot
-    from attnforge.publish.index import StaticIndex
-    from attnforge.publish.release import check_claims, collect_bundles, default_sources, print_report
+    from attnforge.publish.coverage_page import CoveragePage  # start-up cost
+    from attnforge.publish.coverage_plan import snapshot  # start-up cost
+    from attnforge.publish.index import StaticIndex  # start-up cost
+    from attnforge.publish.release import (  # start-up cost
+        check_claims,
+        collect_bundles,
+        default_sources,
+        print_report,
+    )
 
     srcs = list(sources) or default_sources(project)
     if not srcs:

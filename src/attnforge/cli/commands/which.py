@@ -16,10 +16,12 @@ from attnforge.cli.options import (
     user_python_option,
 )
 from attnforge.client.index_fetch import CONNECT_TIMEOUT_S, TOTAL_BUDGET_S, IndexReader
-from attnforge.core.errors import AttnforgeError, ConfigurationError, NothingToDoError
+from attnforge.core.errors import AttnforgeError, ConfigurationError, NothingToDoError, RecordRefused
 from attnforge.core.index_urls import redact_urls
 from attnforge.core.kernels import KERNELS
+from attnforge.engine.environment import Env
 from attnforge.matrix.project import Project
+from attnforge.wheels.signing_keys import project_signing, trusted_keys
 
 
 def _verify(
@@ -33,9 +35,7 @@ def _verify(
 ) -> None:
     """Check the chosen wheel's records (stderr), read within `reader`'s budget; RecordRefused (exit 7) when
     one does not hold."""
-    from attnforge.client.record_check import offered, verify_offered
-    from attnforge.core.errors import RecordRefused
-    from attnforge.wheels.signing_keys import project_signing, trusted_keys
+    from attnforge.client.record_check import offered, verify_offered  # start-up cost
 
     lines = verify_offered(
         offered(index_url, kernel, lambda name: name == filename, reader),
@@ -138,10 +138,9 @@ def command(
     (or the uv entries) goes to stdout, the reasoning to stderr. An index that cannot be read says why, with
     the URL: connection refused, timeout, HTTP status, corrupt page (exit 5).
     """
-    from attnforge.client.interpreter import choose_interpreter, probe_environment
-    from attnforge.client.kernel_needs import Needs
-    from attnforge.client.which import resolve, with_torch
-    from attnforge.engine.environment import Env
+    from attnforge.client.interpreter import choose_interpreter, probe_environment  # start-up cost
+    from attnforge.client.kernel_needs import Needs  # start-up cost
+    from attnforge.client.which import resolve, with_torch  # start-up cost
 
     data, inspected = probe_environment(choose_interpreter(python))
     env = Env.from_probe(data)

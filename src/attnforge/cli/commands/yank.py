@@ -10,9 +10,9 @@ from attnforge.matrix.project import Project
 
 def set_yanked(project: Project, target: str, wheel: str, reason: str | None) -> None:
     """Yank (a reason) or unyank (None) `wheel` on the destination `target`; says what changed."""
-    from attnforge.publish.release import open_static, resolve_destination
-    from attnforge.publish.yank import refuse_unsupported
-    from attnforge.publish.yank import set_yanked as change
+    from attnforge.publish.release import open_static, resolve_destination  # start-up cost
+    from attnforge.publish.yank import refuse_unsupported  # start-up cost
+    from attnforge.publish.yank import set_yanked as change  # start-up cost
 
     dest, base = resolve_destination(project, target)
     refuse_unsupported(dest, target)

@@ -6,6 +6,8 @@ import subprocess
 
 from attnforge.core.docker_cli import docker_executable
 from attnforge.core.errors import EnvironmentProblem
+from attnforge.engine.backends.docker import DockerBackend
+from attnforge.engine.backends.local import LocalBackend
 from attnforge.engine.jobs import Backend
 from attnforge.engine.progress import ProgressView
 from attnforge.matrix.project import Project
@@ -31,9 +33,6 @@ def choose_backend(
     project: Project, name: str, view: ProgressView, base_images: dict[str, str] | None = None
 ) -> Backend:
     """Instantiate the backend `name` (auto/docker/local); `base_images` (--base-image) go to docker."""
-    from attnforge.engine.backends.docker import DockerBackend
-    from attnforge.engine.backends.local import LocalBackend
-
     if name in ("auto", "docker"):
         ok, detail = docker_engine_ok()
         if ok:

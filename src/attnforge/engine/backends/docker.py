@@ -28,6 +28,7 @@ from attnforge.engine.backends.debian_base import BaseImageError, bootstrap_debi
 from attnforge.engine.backends.pip_config import PipOptions, pip_options
 from attnforge.engine.backends.pip_credentials import CONTAINER_NETRC
 from attnforge.engine.backends.pipplan import pip_secrets, plan_pip
+from attnforge.engine.base_images import is_local_name, load_bases
 from attnforge.engine.jobs import BUILDER_DIR, CellJob
 from attnforge.engine.progress import ProgressView
 from attnforge.engine.resources import BINDING_JOB_GB, GIB, detect_machine
@@ -174,8 +175,6 @@ class DockerBackend:
 
     def pinned(self, base: str, view: ProgressView) -> str:
         """`name@digest` for a registry base that docker/bases.toml pins; other bases as they are (logged)."""
-        from attnforge.engine.base_images import is_local_name, load_bases
-
         if "@" in base or is_local_name(base):
             return base
         rec = load_bases(dockerfile_dir() / "bases.toml").get(base)

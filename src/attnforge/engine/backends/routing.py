@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 from attnforge.builder.exits import EXIT_ENV
 from attnforge.core.errors import BuildError, EnvironmentProblem
+from attnforge.engine.backends.local import LocalBackend
 from attnforge.engine.progress import ProgressView
 from attnforge.engine.rocm.build_plan import backend_of
 from attnforge.engine.rocm.toolchain import ck_needs
@@ -67,8 +68,6 @@ class RocmCkBackend:
 def make_route_backend(route: Route, project: Project) -> Backend:
     """A backend for a non-default route (the engine makes each one once)."""
     if route == "triton":
-        from attnforge.engine.backends.local import LocalBackend
-
         return LocalBackend()
     if route == "rocm-ck":
         return RocmCkBackend(project)

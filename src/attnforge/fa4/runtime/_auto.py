@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import _STATS, check, python_minor, read_manifest, seed, warn_once
+
 OFF_ENV = "ATTNFORGE_FA4"
 FA4_ENABLED_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"
 CACHE_UTILS = "flash_attn.cute.cache_utils"
@@ -25,8 +27,6 @@ INTERFACE = "flash_attn.cute.interface"
 
 def after_cache_utils(mod: Any) -> None:
     """Check the installed FA4's fingerprint against the manifest; seed FA4's cache folder when they match."""
-    from . import _STATS, check, python_minor, read_manifest, seed, warn_once
-
     manifest = read_manifest()
     if not getattr(mod, "CUTE_DSL_CACHE_ENABLED", False):
         warn_once(
@@ -57,8 +57,6 @@ def after_cache_utils(mod: Any) -> None:
 
 def after_interface(mod: Any) -> None:
     """Wrap FA4's ``_get_device_arch`` so a GPU arch the kernels were not built for warns once."""
-    from . import read_manifest, warn_once
-
     original = getattr(mod, "_get_device_arch", None)
     built = read_manifest().get("env", {}).get("arch")
     if original is None or built is None:
@@ -92,8 +90,6 @@ def run_hook(name: str, mod: Any) -> None:
     try:
         HOOKS[name](mod)
     except Exception as exc:  # never break FA4's import
-        from . import warn_once
-
         warn_once(f"hook-{name}", f"attnforge_fa4: {name}: {type(exc).__name__}: {exc}; FA4 is left as it is")
 
 

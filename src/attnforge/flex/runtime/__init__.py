@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from . import client_diffusers, client_transformers
 from .artifact_manifest import ARTIFACTS, MANIFEST, FlexCacheWarning, read_manifest, variants, warn_once
 from .loader import LoadResult, TrainPackages, aoti, attention, load, load_package, precompiled_function
 
@@ -74,14 +75,10 @@ def enable(
 def _enable_one(client: str, artifacts: str | Path | None, override_flex: bool) -> Any:
     """Enable one client; returns its ``Server``."""
     if client == "transformers":
-        from . import client_transformers
-
         return client_transformers.enable(artifacts, override_flex=override_flex)
     if client == "diffusers":
-        from . import client_diffusers
-
         return client_diffusers.enable(artifacts)
-    from . import client_torch
+    from . import client_torch  # optional: torch
 
     return client_torch.enable(artifacts)
 
@@ -89,7 +86,7 @@ def _enable_one(client: str, artifacts: str | Path | None, override_flex: bool) 
 def flex_attention(*args: Any, **kwargs: Any) -> Any:
     """``torch.compile(flex_attention)`` for a plain script, served from the built variants where they fit
     (``client_torch``; call ``enable()`` first, else every call compiles)."""
-    from . import client_torch
+    from . import client_torch  # optional: torch
 
     return client_torch.flex_attention(*args, **kwargs)
 

@@ -14,6 +14,8 @@ import sys
 import warnings
 from typing import Any
 
+from . import enable
+
 ENV = "ATTNFORGE_FLEX_AUTO"
 # module whose import completes the client's registry -> the client enable() serves
 TARGETS = {"transformers.modeling_utils": "transformers", "diffusers.models.attention_dispatch": "diffusers"}
@@ -32,8 +34,6 @@ class _Loader(importlib.abc.Loader):
     def exec_module(self, module: Any) -> None:
         self.loader.exec_module(module)
         try:
-            from . import enable
-
             enable([self.client])
         except Exception as exc:  # never break the client's import
             warnings.warn(f"attnforge_flex: {ENV}: enabling {self.client} failed: {exc}", stacklevel=2)

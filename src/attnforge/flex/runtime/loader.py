@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import envkeys, precompiled
 from .artifact_manifest import ARTIFACTS, base_dir, read_manifest, variants, warn_once
 
 _loaded: dict[str, Any] = {}
@@ -50,8 +51,6 @@ def load(artifacts: str | Path | None = None, names: list[str] | None = None) ->
         return res
     try:
         import torch
-
-        from . import envkeys
     except Exception as exc:
         res.reason = f"torch does not import ({exc})"
         warn_once(res.reason)
@@ -90,7 +89,7 @@ def attention(name: str, artifacts: str | Path | None = None, device: str | None
     Its mask and score_mod are the ones the artifacts were compiled with, so a loaded cache hits. A mask
     that torch.compile cannot trace falls back to eager flex_attention with a warning.
     """
-    from . import mods
+    from . import mods  # optional: torch
 
     spec = variants(artifacts).get(name)
     if spec is None:
@@ -146,14 +145,12 @@ class _Guarded:
             out = self.packaged(q, k, v)
             return out[0] if isinstance(out, (list, tuple)) else out
         if self.pre is not None and self.eager is None:
-            from .precompiled import GuardMismatch
-
             c = self.call
             try:
                 out = self.pre(q, k, v, c.block_mask(q.shape[-2]), c.score_mod, c.gqa, c.scale)
                 self.used = "precompiled"
                 return out
-            except GuardMismatch:
+            except precompiled.GuardMismatch:
                 pass  # other shapes/dtypes: torch.compile as usual (its caches may still hit)
             except Exception as exc:  # a loaded function that cannot run here: never again, compile instead
                 self.pre = None
@@ -182,7 +179,7 @@ class _Guarded:
                     f"variant {self.spec['name']}: torch.compile failed ({type(exc).__name__}: "
                     f"{str(exc).splitlines()[0] if str(exc) else ''}); running eager"
                 )
-                from . import mods
+                from . import mods  # optional: torch
 
                 self.eager = mods.FlexCall(self.spec, self.call.device, compiled=False)
         self.used = "eager"
@@ -214,8 +211,6 @@ def _usable_file(
     except (OSError, ValueError) as exc:
         warn_once(f"variant {name}: {what} not used: {exc}")
         return None
-    from . import envkeys
-
     diff = envkeys.mismatches(data["env"], envkeys.collect(str(data["env"].get("device", "cuda"))))
     if diff:
         warn_once(f"{what} built for another environment: " + "; ".join(diff))
@@ -256,8 +251,6 @@ def precompiled_function(name: str, artifacts: str | Path | None = None, quiet: 
     if found is None:
         return None
     path, device, _art = found
-    from . import precompiled
-
     try:
         return precompiled.load(path, trust_cpu_isa=device == "cpu")
     except Exception as exc:
