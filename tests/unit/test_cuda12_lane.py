@@ -18,7 +18,8 @@ import yaml
 from attnforge.builder import compiler
 from attnforge.builder.exits import EXIT_ENV, BuildFailure
 from attnforge.builder.report import Reporter
-from attnforge.ci.workflows import KernelSetJob, devel_base
+from attnforge.ci.workflow_spec import KernelSetJob
+from attnforge.ci.workflows import devel_base
 from attnforge.cli.commands.build import parse_base_images
 from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.core.package_files import packaged_docker_dir

@@ -16,9 +16,9 @@ import pytest
 
 from attnforge.builder.kernel_lane import PATCHES_DIR, setup_hook
 from attnforge.builder.knobs import flash_attn_env
+from attnforge.builder.settings import BuildSettings
 from attnforge.builder.spec import Source
 from attnforge.engine.jobs import make_spec
-from attnforge.engine.resources import Parallelism
 from attnforge.matrix.cell import Cell, Toolkit
 from attnforge.matrix.schema import ProfileSpec
 
@@ -162,7 +162,7 @@ def test_the_builder_spec_carries_the_profile_tag_to_the_hook(tmp_path: Path) ->
             workdir=tmp_path / "cells" / "k" / "w",
             objects_dir=tmp_path / "o",
             ccache_dir=tmp_path / "c",
-            parallelism=Parallelism(2, 1, 4.5, "test"),
+            settings=BuildSettings(2, 1, 4.5, "test"),
         )
         return flash_attn_env(spec, ["90"], None)
 

@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from attnforge.builder.patches import PATCHES_DIR
-from attnforge.ci.workflows import CiSettings, render
+from attnforge.ci.workflow_spec import CiSettings
+from attnforge.ci.workflows import render
 from attnforge.ci.yamltext import load
 from attnforge.engine.environment import interpreter_abis
 from attnforge.matrix.arch_policy import cell_targets, compiled_targets

@@ -17,7 +17,8 @@ from attnforge.client.which import resolve, with_torch
 from attnforge.core.errors import ConfigurationError
 from attnforge.engine.environment import Env
 from attnforge.matrix.compat import load_compat
-from attnforge.publish.coverage import COVERAGE_JSON, CoveragePage
+from attnforge.publish.coverage import COVERAGE_JSON
+from attnforge.publish.coverage_page import CoveragePage
 from attnforge.publish.index import Bundle, StaticIndex
 from attnforge.publish.record_gate import attach_torch_checks
 from attnforge.wheels.torch_checks import TorchCheck, add_check, checks_path, read_checks
