@@ -1,0 +1,96 @@
+"""The glibc floor on real ELF files compiled here (gcc 12 on glibc 2.36): a shared object whose libstdc++ code
+reads `__libc_single_threaded` needs GLIBC_2.32 and is refused under torch's manylinux_2_28 floor, naming the
+symbol and the member; linked with the builder's hidden definition it needs nothing above GLIBC_2.14."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from attnforge.builder.glibc_floor import SHIM_SYMBOL, link_shim, shim_object, wheel_tags
+from attnforge.core.errors import BuildError
+from attnforge.wheels.glibc_floor import check_contents, floor_policy
+from attnforge.wheels.wheelio import Member, WheelContents
+
+# std::shared_ptr copies: libstdc++'s ext/atomicity.h asks glibc whether the process is single-threaded
+SOURCE = """
+#include <memory>
+#include <string>
+std::shared_ptr<std::string> make(const char* s) { return std::make_shared<std::string>(s); }
+long use(std::shared_ptr<std::string> p) { auto q = p; return q.use_count(); }
+"""
+TORCH_TAGS = ["cp311-cp311-manylinux_2_28_x86_64"]
+MEMBER = "flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so"
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+
+
+def compile_so(tmp_path: Path, name: str, extra: list[str]) -> bytes:
+    src = tmp_path / "ext.cpp"
+    src.write_text(SOURCE)
+    out = tmp_path / name
+    subprocess.run(["g++", "-O2", "-fPIC", "-shared", *extra, str(src), "-o", str(out)], check=True)
+    return out.read_bytes()
+
+
+def contents(data: bytes) -> WheelContents:
+    dist_info = "flash_attn-2.8.3.dist-info"
+    return WheelContents("flash_attn-2.8.3-cp311-cp311-linux_x86_64.whl", dist_info, {MEMBER: Member(data)})
+
+
+def version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split("."))
+
+
+def glibc() -> tuple[int, ...]:
+    out = subprocess.run(["ldd", "--version"], capture_output=True, text=True, check=True).stdout
+    return version(out.splitlines()[0].rsplit(" ", 1)[1])
+
+
+def test_a_symbol_above_the_floor_is_refused_by_name(tmp_path: Path) -> None:
+    if glibc() < (2, 32):
+        pytest.skip("this glibc has no __libc_single_threaded")
+    data = compile_so(tmp_path, "plain.so", [])
+    with pytest.raises(BuildError) as err:
+        check_contents(contents(data), TORCH_TAGS, "x86_64")
+    message = str(err.value)
+    assert "\n" not in message and err.value.exit_code == 4
+    assert f"{MEMBER} needs {SHIM_SYMBOL}@GLIBC_2.32 from libc.so.6" in message
+    assert "above manylinux_2_28_x86_64, the floor of the torch wheel it pins" in message
+
+
+def test_the_builder_shim_keeps_the_object_inside_the_floor(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "LDFLAGS": "-Wl,-O1"}
+    obj = shim_object(None, tmp_path, env)
+    link_shim(env, obj)
+    link_shim(env, obj)  # once only
+    assert env["LDFLAGS"] == f"-Wl,-O1 {obj}"
+    data = compile_so(tmp_path, "shimmed.so", env["LDFLAGS"].split())
+    found = check_contents(contents(data), TORCH_TAGS, "x86_64")
+    assert found.floor == "manylinux_2_28_x86_64"
+    assert version(found.highest["GLIBC"]) <= (2, 14) and version(found.highest["GLIBCXX"]) <= (3, 4, 24)
+    # the definition stays inside the object: nothing exported, nothing needed from glibc for it
+    dyn = subprocess.run(["nm", "-D", str(tmp_path / "shimmed.so")], capture_output=True, text=True).stdout
+    assert SHIM_SYMBOL not in dyn
+
+
+def test_the_floor_comes_from_torch_wheel_tags(tmp_path: Path) -> None:
+    assert floor_policy(TORCH_TAGS, "x86_64").name == "manylinux_2_28_x86_64"
+    both = ["cp310-cp310-manylinux_2_28_x86_64", "cp310-cp310-manylinux2014_x86_64"]
+    assert floor_policy(both, "x86_64").name == "manylinux_2_17_x86_64"  # the most compatible one
+    assert floor_policy(["cp312-cp312-manylinux_2_28_aarch64"], "x86_64") is None
+    assert floor_policy(["cp312-cp312-manylinux_2_28_aarch64"], "aarch64").name == "manylinux_2_28_aarch64"
+    dist_info = tmp_path / "torch-2.14.1.dist-info"
+    dist_info.mkdir()
+    (dist_info / "WHEEL").write_text("Wheel-Version: 1.0\nTag: cp311-cp311-manylinux_2_28_x86_64\n")
+    assert wheel_tags(tmp_path) == TORCH_TAGS and wheel_tags(tmp_path / "none") == []
+
+
+def test_without_torch_tags_nothing_is_refused_and_the_record_says_why(tmp_path: Path) -> None:
+    data = compile_so(tmp_path, "plain.so", [])
+    found = check_contents(contents(data), [], "x86_64")
+    assert found.floor is None and found.record()["from"] == "not checked: torch's wheel tags are unknown"
+    assert "GLIBC" in found.highest
