@@ -1,14 +1,20 @@
 """Keeping a built extension inside the glibc floor of the torch it pins (torch's wheels: manylinux_2_28).
 
-libstdc++ 11 and newer read glibc's ``__libc_single_threaded`` (GLIBC_2.32) in ``ext/atomicity.h`` to skip
-atomic reference counts while a process has one thread. The header takes that path whenever
-``<sys/single_threaded.h>`` exists (``__has_include``; no macro turns it off), so an extension compiled on a
-userland with glibc >= 2.32 (Debian bookworm: 2.36) needs glibc 2.32 for that one symbol, above torch's floor.
+Compiled with g++ 12 on Debian bookworm (glibc 2.36), an extension can need two symbol versions above that floor,
+both from inline code in the toolchain's headers, none from the extension's own:
 
-The builder links a hidden definition of the symbol, ``0`` ("not known to be single-threaded": the atomic
-path, what libstdc++ does on glibc < 2.32 too), into every extension through ``LDFLAGS``: the reference
-resolves inside the extension, nothing of it is exported, and no compile flag changes (kernel objects stay
-reusable). ``wheels.glibc_floor`` checks the finished wheel against the floor read from torch's wheel tags.
+- ``__libc_single_threaded`` (GLIBC_2.32): libstdc++ 11+ reads it in ``ext/atomicity.h`` to skip atomic
+  reference counts in a one-thread process, whenever ``<sys/single_threaded.h>`` exists (``__has_include``:
+  no macro turns it off);
+- ``std::__throw_bad_array_new_length()`` (GLIBCXX_3.4.29): ``std::allocator<T>::allocate`` calls it in
+  libstdc++ 11+ (where the compiler cannot prove the size small, e.g. at -O0).
+
+The builder links hidden definitions of both into every extension through ``LDFLAGS`` (what RHEL's devtoolset
+does with its ``libstdc++_nonshared.a``): the references resolve inside the extension and nothing of them is
+exported. ``__libc_single_threaded`` is ``0``, "not known to be single-threaded", so reference counts stay
+atomic, as libstdc++ does on glibc < 2.32; the throw helper throws ``std::bad_array_new_length`` as
+libstdc++'s does. No compile flag changes, so kernel objects stay reusable. ``wheels.glibc_floor`` checks the
+finished wheel against the floor read from torch's own wheel tags, recorded here.
 """
 
 from __future__ import annotations
@@ -21,23 +27,28 @@ from .cross import cross_compilers, is_cross
 from .exits import EXIT_ENV, BuildFailure
 from .spec import BuildSpec
 
-SHIM_SYMBOL = "__libc_single_threaded"
-SHIM_SOURCE = (
-    "/* attnforge: libstdc++'s reference to glibc's __libc_single_threaded (GLIBC_2.32) resolved inside the\n"
-    "   extension: 0 means 'not known to be single-threaded', so reference counts stay atomic. */\n"
-    f'__attribute__((visibility("hidden"))) char {SHIM_SYMBOL} = 0;\n'
-)
+SHIM_SYMBOLS = ("__libc_single_threaded", "_ZSt28__throw_bad_array_new_lengthv")
+SHIM_SOURCE = """// attnforge: symbols g++ 12's headers reference above torch's glibc floor, defined hidden in the extension.
+#include <new>
+// GLIBC_2.32; 0: not known to be single-threaded, reference counts stay atomic
+extern "C" { char __libc_single_threaded = 0; }
+__asm__(".hidden __libc_single_threaded");
+// GLIBCXX_3.4.29: std::allocator<T>::allocate's size check
+namespace std { void __throw_bad_array_new_length() { throw bad_array_new_length(); } }
+__asm__(".hidden _ZSt28__throw_bad_array_new_lengthv");
+"""
 
 
-def shim_object(cc: str | None, build_dir: Path, env: dict[str, str]) -> Path:
-    """Compile the hidden definition with ``cc`` (the C compiler of the build, a cross one included) into
+def shim_object(cxx: str | None, build_dir: Path, env: dict[str, str]) -> Path:
+    """Compile the hidden definitions with ``cxx`` (the build's C++ compiler, a cross one included) into
     ``build_dir``; BuildFailure(EXIT_ENV) naming the compiler when it cannot."""
-    compiler = cc or shutil.which("cc", path=env.get("PATH")) or shutil.which("gcc", path=env.get("PATH"))
+    path = env.get("PATH")
+    compiler = cxx or shutil.which("c++", path=path) or shutil.which("g++", path=path)
     if not compiler:
-        raise BuildFailure(EXIT_ENV, "no C compiler (CC, cc, gcc) for the glibc-floor object")
+        raise BuildFailure(EXIT_ENV, "no C++ compiler (CXX, c++, g++) for the glibc-floor object")
     folder = build_dir / "glibc-floor"
     folder.mkdir(parents=True, exist_ok=True)
-    source, obj = folder / "single_threaded.c", folder / "single_threaded.o"
+    source, obj = folder / "floor_symbols.cpp", folder / "floor_symbols.o"
     source.write_text(SHIM_SOURCE, encoding="utf-8")
     cmd = [*compiler.split(), "-c", "-fPIC", "-O2", str(source), "-o", str(obj)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=300)
@@ -71,10 +82,14 @@ def prepare(spec: BuildSpec, env: dict[str, str], torch_site: str | None) -> dic
     the torch wheel the extension links (the target's own wheel in a cross build)."""
     site: Path | None
     if is_cross(spec):
-        cc: str | None = cross_compilers(spec.platform, env)[0]
+        cxx: str | None = cross_compilers(spec.platform, env)[1]
         site = Path(env["ATTNFORGE_CROSS_TORCH"]).parent
     else:
-        cc, site = env.get("CC"), Path(torch_site) if torch_site else None
-    obj = shim_object(cc, Path(spec.build_dir), env)
+        cxx, site = env.get("CXX"), Path(torch_site) if torch_site else None
+    obj = shim_object(cxx, Path(spec.build_dir), env)
     link_shim(env, obj)
-    return {"shim": SHIM_SYMBOL, "object": str(obj), "torch_wheel_tags": wheel_tags(site) if site else []}
+    return {
+        "shim": list(SHIM_SYMBOLS),
+        "object": str(obj),
+        "torch_wheel_tags": wheel_tags(site) if site else [],
+    }
