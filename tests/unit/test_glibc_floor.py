@@ -5,8 +5,10 @@ definitions it needs nothing above GLIBC_2.14 and GLIBCXX_3.4.24."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,8 @@ import pytest
 from attnforge.builder.glibc_floor import SHIM_SYMBOLS, link_shim, shim_object, wheel_tags
 from attnforge.core.errors import BuildError
 from attnforge.wheels.glibc_floor import check_contents, floor_policy
-from attnforge.wheels.wheelio import Member, WheelContents
+from attnforge.wheels.manifest import manifest_path_for
+from attnforge.wheels.wheelio import Member, WheelContents, write_wheel
 
 # shared_ptr copies: libstdc++'s ext/atomicity.h asks glibc whether the process is single-threaded;
 # a vector of n (at -O0): std::allocator's size check throws through std::__throw_bad_array_new_length
@@ -101,3 +104,67 @@ def test_without_torch_tags_nothing_is_refused_and_the_record_says_why(tmp_path:
     found = check_contents(contents(data), [], "x86_64")
     assert found.floor is None and found.record()["from"] == "not checked: torch's wheel tags are unknown"
     assert "GLIBC" in found.highest
+
+
+def raw_cuda_wheel(folder: Path, so: bytes) -> Path:
+    """A wheel shaped like setup.py's CUDA build (its extension: a real object compiled here) and its manifest
+    with the torch wheel tags the builder records."""
+    dist_info = "flash_attn-2.8.3.dist-info"
+    tag = "cp311-cp311-linux_x86_64"
+    members = {
+        "flash_attn/__init__.py": Member(b"__version__ = '2.8.3'\n"),
+        MEMBER: Member(so),
+        f"{dist_info}/METADATA": Member(b"Metadata-Version: 2.1\nName: flash_attn\nVersion: 2.8.3\n\n"),
+        f"{dist_info}/WHEEL": Member(f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {tag}\n".encode()),
+        f"{dist_info}/top_level.txt": Member(b"flash_attn\nflash_attn_2_cuda\n"),
+    }
+    wheel = write_wheel(folder, f"flash_attn-2.8.3-{tag}.whl", dist_info, members, 1700000000)
+    inputs = {"toolkit": "cuda13.0", "torch": "2.14.1", "torch_variant": "cu130", "python": "3.11"}
+    inputs |= {"cxx11_abi": True, "arches": ["sm_90"], "profile": "full"}
+    manifest = {
+        "schema": 1,
+        "cell_id": "flash-attn-2.8.3-cu130-torch2.14.1-cp311-abi1-sm90-full-x86_64",
+        "variant": "cu130-torch2.14",
+        "local_version": "cu130torch2.14cxx11abiTRUE",
+        "kernel": "flash-attn",
+        "kernel_version": "2.8.3",
+        "wheel": wheel.name,
+        "inputs": inputs,
+        "build": {"glibc_floor": {"torch_wheel_tags": TORCH_TAGS}},
+    }
+    manifest_path_for(wheel).write_text(json.dumps(manifest))
+    return wheel
+
+
+def finalize_cli(wheel: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    code = "import sys; from attnforge.cli import main; sys.argv[0] = 'attnforge'; sys.exit(main())"
+    cmd = [sys.executable, "-c", code, "wheels", "finalize", str(wheel), "--out-dir", str(out)]
+    return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300)
+
+
+def test_finalize_refuses_a_wheel_above_the_floor_and_keeps_one_inside(tmp_path: Path) -> None:
+    if glibc() < (2, 32):
+        pytest.skip("this glibc has no __libc_single_threaded")
+    out = tmp_path / "out"
+    refused = finalize_cli(raw_cuda_wheel(tmp_path / "plain", compile_so(tmp_path, "plain.so", [])), out)
+    assert refused.returncode == 4, refused.stderr
+    lines = [ln for ln in refused.stderr.splitlines() if ln.strip()]
+    assert "Traceback" not in refused.stderr and len([ln for ln in lines if "error" in ln.lower()]) == 1
+    assert (
+        f"flash_attn-2.8.3-cp311-cp311-linux_x86_64.whl: {MEMBER} needs __libc_single_threaded@GLIBC_2.32"
+        in refused.stderr
+    )
+    assert not list(out.glob("*.whl")), "nothing is written for a refused wheel"
+
+    env = {"PATH": "/usr/bin:/bin"}
+    obj = shim_object(None, tmp_path / "shim", env)
+    link_shim(env, obj)
+    shimmed = raw_cuda_wheel(tmp_path / "shimmed", compile_so(tmp_path, "shimmed.so", env["LDFLAGS"].split()))
+    done = finalize_cli(shimmed, out)
+    assert done.returncode == 0, done.stderr
+    (wheel,) = out.glob("*.whl")
+    manifest = json.loads(manifest_path_for(wheel).read_text())
+    assert manifest["finalize"]["glibc_floor"]["floor"] == "manylinux_2_28_x86_64"
+    assert "glibc-floor" in manifest["finalize"]["checks"]
+    plat = wheel.name.removesuffix(".whl").rsplit("-", 1)[1]
+    assert plat.startswith("manylinux_") and version(plat.split("_")[1] + "." + plat.split("_")[2]) <= (2, 28)

@@ -336,7 +336,7 @@ def finalize(
     floor = FloorCheck(None, PURE_REASON)
     if not names.pure_python:
         torch_tags = ((data.get("build") or {}).get("glibc_floor") or {}).get("torch_wheel_tags") or []
-        floor = check_contents(contents, list(torch_tags), names.platform)
+        floor = check_contents(contents, list(torch_tags), names.platform, src.name)
         log(f"{src.name}: glibc floor {floor.floor or '-'} ({floor.source}); needs {floor.highest}")
     if plats_in != result.platform_tags:
         changes.append(f"platform tag: {'.'.join(plats_in)} -> {'.'.join(result.platform_tags)}")

@@ -136,9 +136,11 @@ def highest(needs: Iterable[Need]) -> dict[str, str]:
     return dict(sorted(best.items()))
 
 
-def check_contents(contents: WheelContents, torch_tags: Sequence[str], arch: str) -> FloorCheck:
-    """Check a wheel's compiled members against the floor of ``torch_tags``; BuildError naming the first
-    symbol above it, its version and the member it comes from."""
+def check_contents(
+    contents: WheelContents, torch_tags: Sequence[str], arch: str, name: str | None = None
+) -> FloorCheck:
+    """Check a wheel's compiled members against the floor of ``torch_tags``; BuildError naming the wheel
+    (``name``, default its file name), the first symbol above the floor, its version and the member."""
     policy = floor_policy(torch_tags, arch)
     elf_members = [m for m in contents.members if _ELF_NAME_RE.search(m)]
     with tempfile.TemporaryDirectory(prefix="attnforge-elf-") as tmp:
@@ -162,7 +164,7 @@ def check_contents(contents: WheelContents, torch_tags: Sequence[str], arch: str
         symbol = first.symbols[0] if first.symbols else "a symbol"
         more = f" (and {len(over) - 1} more above it)" if len(over) > 1 else ""
         raise BuildError(
-            f"{contents.filename}: {first.member} needs {symbol}@{first.version} from {first.library}, "
+            f"{name or contents.filename}: {first.member} needs {symbol}@{first.version} from {first.library}, "
             f"above {policy.name}, the floor of the torch wheel it pins{more}"
         )
     return FloorCheck(policy.name, source, highest(needs))
