@@ -168,3 +168,31 @@ def test_finalize_refuses_a_wheel_above_the_floor_and_keeps_one_inside(tmp_path:
     assert "glibc-floor" in manifest["finalize"]["checks"]
     plat = wheel.name.removesuffix(".whl").rsplit("-", 1)[1]
     assert plat.startswith("manylinux_") and version(plat.split("_")[1] + "." + plat.split("_")[2]) <= (2, 28)
+
+
+@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None, reason="needs g++-aarch64-linux-gnu")
+def test_the_cross_compiler_object_keeps_an_aarch64_extension_inside_the_floor(tmp_path: Path) -> None:
+    """The aarch64 lane's case: the object compiled by the cross g++ (bookworm's arm64 glibc 2.36)."""
+    src = tmp_path / "ext.cpp"
+    src.write_text(SOURCE)
+    tags = ["cp312-cp312-manylinux_2_28_aarch64"]
+    env = {"PATH": "/usr/bin:/bin"}
+    link_shim(env, shim_object("aarch64-linux-gnu-g++", tmp_path, env))
+    for name, extra in (("plain.so", []), ("shimmed.so", env["LDFLAGS"].split())):
+        cmd = [
+            "aarch64-linux-gnu-g++",
+            "-O0",
+            "-fPIC",
+            "-shared",
+            *extra,
+            str(src),
+            "-o",
+            str(tmp_path / name),
+        ]
+        subprocess.run(cmd, check=True)
+    with pytest.raises(
+        BuildError, match=r"__libc_single_threaded@GLIBC_2\.32 .* above manylinux_2_28_aarch64"
+    ):
+        check_contents(contents((tmp_path / "plain.so").read_bytes()), tags, "aarch64")
+    found = check_contents(contents((tmp_path / "shimmed.so").read_bytes()), tags, "aarch64")
+    assert found.floor == "manylinux_2_28_aarch64" and version(found.highest["GLIBC"]) <= (2, 17)
