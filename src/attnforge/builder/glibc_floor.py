@@ -7,13 +7,16 @@ both from inline code in the toolchain's headers, none from the extension's own:
   reference counts in a one-thread process, whenever ``<sys/single_threaded.h>`` exists (``__has_include``:
   no macro turns it off);
 - ``std::__throw_bad_array_new_length()`` (GLIBCXX_3.4.29): ``std::allocator<T>::allocate`` calls it in
-  libstdc++ 11+ (where the compiler cannot prove the size small, e.g. at -O0).
+  libstdc++ 11+ (where the compiler cannot prove the size small, e.g. at -O0);
+- ``dlsym`` (GLIBC_2.34, when glibc moved it from libdl into libc): torch's stable-ABI headers call it.
 
 The builder links hidden definitions of both into every extension through ``LDFLAGS`` (what RHEL's devtoolset
 does with its ``libstdc++_nonshared.a``): the references resolve inside the extension and nothing of them is
 exported. ``__libc_single_threaded`` is ``0``, "not known to be single-threaded", so reference counts stay
 atomic, as libstdc++ does on glibc < 2.32; the throw helper throws ``std::bad_array_new_length`` as
-libstdc++'s does. No compile flag changes, so kernel objects stay reusable. ``wheels.glibc_floor`` checks the
+libstdc++'s does; ``dlsym`` calls glibc's under the architecture's base version (GLIBC_2.2.5 on x86-64,
+GLIBC_2.17 on aarch64), which libc defines from 2.34 on and libdl before, and ``libdl.so.2`` is linked so that
+an older glibc has it loaded (a caller's RTLD_NEXT stays in the same object). No compile flag changes, so kernel objects stay reusable. ``wheels.glibc_floor`` checks the
 finished wheel against the floor read from torch's own wheel tags, recorded here.
 """
 
@@ -27,7 +30,7 @@ from .cross import cross_compilers, is_cross
 from .exits import EXIT_ENV, BuildFailure
 from .spec import BuildSpec
 
-SHIM_SYMBOLS = ("__libc_single_threaded", "_ZSt28__throw_bad_array_new_lengthv")
+SHIM_SYMBOLS = ("__libc_single_threaded", "_ZSt28__throw_bad_array_new_lengthv", "dlsym")
 SHIM_SOURCE = """// attnforge: symbols g++ 12's headers reference above torch's glibc floor, defined hidden in the extension.
 #include <new>
 // GLIBC_2.32; 0: not known to be single-threaded, reference counts stay atomic
@@ -36,7 +39,21 @@ __asm__(".hidden __libc_single_threaded");
 // GLIBCXX_3.4.29: std::allocator<T>::allocate's size check
 namespace std { void __throw_bad_array_new_length() { throw bad_array_new_length(); } }
 __asm__(".hidden _ZSt28__throw_bad_array_new_lengthv");
+// GLIBC_2.34: dlsym moved into libc; its base version is in libc (>= 2.34) and libdl (< 2.34) alike
+#if defined(__x86_64__)
+#define ATTNFORGE_GLIBC_BASE "GLIBC_2.2.5"
+#elif defined(__aarch64__)
+#define ATTNFORGE_GLIBC_BASE "GLIBC_2.17"
+#endif
+#ifdef ATTNFORGE_GLIBC_BASE
+extern "C" void* attnforge_dlsym_base(void* handle, const char* name);
+__asm__(".symver attnforge_dlsym_base, dlsym@" ATTNFORGE_GLIBC_BASE);
+extern "C" void* dlsym(void* handle, const char* name) { return attnforge_dlsym_base(handle, name); }
+__asm__(".hidden dlsym");
+#endif
 """
+# libdl.so.2 needed by the extension whatever the linker's --as-needed default: dlsym's home before glibc 2.34
+LIBDL = ("-Wl,--push-state,--no-as-needed", "-l:libdl.so.2", "-Wl,--pop-state")
 
 
 def shim_object(cxx: str | None, build_dir: Path, env: dict[str, str]) -> Path:
@@ -59,10 +76,11 @@ def shim_object(cxx: str | None, build_dir: Path, env: dict[str, str]) -> Path:
 
 
 def link_shim(env: dict[str, str], obj: Path) -> None:
-    """Add the object to every extension's link: setuptools appends ``LDFLAGS`` to its link command."""
+    """Add the object (and libdl) to every extension's link: setuptools appends ``LDFLAGS`` to its link
+    command."""
     flags = env.get("LDFLAGS", "").split()
     if str(obj) not in flags:
-        env["LDFLAGS"] = " ".join([*flags, str(obj)])
+        env["LDFLAGS"] = " ".join([*flags, str(obj), *LIBDL])
 
 
 def wheel_tags(site: Path, project: str = "torch") -> list[str]:
