@@ -1,7 +1,7 @@
 """Keeping a built extension inside the glibc floor of the torch it pins (torch's wheels: manylinux_2_28).
 
-Compiled with g++ 12 on Debian bookworm (glibc 2.36), an extension can need two symbol versions above that floor,
-both from inline code in the toolchain's headers, none from the extension's own:
+Compiled with g++ 12 on Debian bookworm (glibc 2.36), an extension can need three symbols above that floor, all
+from the build userland's headers, none from the extension's own code:
 
 - ``__libc_single_threaded`` (GLIBC_2.32): libstdc++ 11+ reads it in ``ext/atomicity.h`` to skip atomic
   reference counts in a one-thread process, whenever ``<sys/single_threaded.h>`` exists (``__has_include``:
@@ -10,14 +10,15 @@ both from inline code in the toolchain's headers, none from the extension's own:
   libstdc++ 11+ (where the compiler cannot prove the size small, e.g. at -O0);
 - ``dlsym`` (GLIBC_2.34, when glibc moved it from libdl into libc): torch's stable-ABI headers call it.
 
-The builder links hidden definitions of both into every extension through ``LDFLAGS`` (what RHEL's devtoolset
+The builder links hidden definitions of the three into every extension through ``LDFLAGS`` (what RHEL's devtoolset
 does with its ``libstdc++_nonshared.a``): the references resolve inside the extension and nothing of them is
 exported. ``__libc_single_threaded`` is ``0``, "not known to be single-threaded", so reference counts stay
 atomic, as libstdc++ does on glibc < 2.32; the throw helper throws ``std::bad_array_new_length`` as
 libstdc++'s does; ``dlsym`` calls glibc's under the architecture's base version (GLIBC_2.2.5 on x86-64,
 GLIBC_2.17 on aarch64), which libc defines from 2.34 on and libdl before, and ``libdl.so.2`` is linked so that
-an older glibc has it loaded (a caller's RTLD_NEXT stays in the same object). No compile flag changes, so kernel objects stay reusable. ``wheels.glibc_floor`` checks the
-finished wheel against the floor read from torch's own wheel tags, recorded here.
+an older glibc has it loaded (a caller's RTLD_NEXT stays in the same object). No compile flag changes, so
+kernel objects stay reusable. ``wheels.glibc_floor`` checks the finished wheel against the floor read from
+torch's own wheel tags, recorded here.
 """
 
 from __future__ import annotations
