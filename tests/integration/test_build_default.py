@@ -8,7 +8,9 @@ runs from its own wheel installed outside the checkout (conftest's `installed_at
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -60,6 +62,33 @@ def test_default_wheel_and_manifest(built: tuple[Path, Path, str]) -> None:
     assert manifest["toolchain"]["nvcc"].startswith("13.0")
     assert manifest["finalize"]["torch_requirement"] == "torch==2.14.*"
     assert (wheels / "logs" / f"{manifest['cell_id']}.log").is_file()
+
+
+def test_default_wheel_fits_the_glibc_floor_of_its_torch(
+    built: tuple[Path, Path, str], tmp_path: Path
+) -> None:
+    """Built on bookworm (glibc 2.36, libstdc++ 12), the wheel still installs wherever torch 2.14.1's own wheel
+    (manylinux_2_28) does: no compiled file needs GLIBC_2.29 or newer, libstdc++'s `__libc_single_threaded`
+    resolves inside the binding, and finalize checked it against the floor read from torch's wheel tag."""
+    _, wheels, _ = built
+    wheel = next(wheels.glob("flash_attn-2.8.3+*.whl"))
+    manifest = json.loads(wheel.with_name(wheel.name + ".manifest.json").read_text())
+    assert manifest["build"]["glibc_floor"]["torch_wheel_tags"] == ["cp311-cp311-manylinux_2_28_x86_64"]
+    assert manifest["finalize"]["glibc_floor"]["floor"] == "manylinux_2_28_x86_64"
+    assert "glibc-floor" in manifest["finalize"]["checks"]
+    platforms = wheel.name.removesuffix(".whl").rsplit("-", 1)[1].split(".")
+    for plat in platforms:
+        m = re.fullmatch(r"manylinux_(\d+)_(\d+)_x86_64", plat)
+        assert m and (int(m[1]), int(m[2])) <= (2, 28), platforms
+    with zipfile.ZipFile(wheel) as zf:
+        (ext,) = [n for n in zf.namelist() if n.startswith("flash_attn_2_cuda.") and n.endswith(".so")]
+        zf.extract(ext, tmp_path)
+    dynamic = subprocess.run(
+        ["objdump", "-T", str(tmp_path / ext)], capture_output=True, text=True, check=True
+    ).stdout
+    glibc = {tuple(int(x) for x in v.split(".")) for v in re.findall(r"\(GLIBC_([\d.]+)\)", dynamic)}
+    assert glibc and max(glibc) < (2, 29), sorted(glibc)
+    assert "__libc_single_threaded" not in dynamic
 
 
 def test_second_run_skips_the_unchanged_cell(

@@ -41,6 +41,7 @@ from .exits import (
     BuildFailure,
 )
 from .files import sha256_file
+from .glibc_floor import prepare as prepare_glibc_floor
 from .importcheck import import_check, pure_wheel_check, require_stable_abi_wheel
 from .kernel_lane import KernelLane
 from .knobs import build_env, ccache_stats, cuda_home
@@ -296,6 +297,8 @@ def compile_cell(
         env["ATTNFORGE_KERNEL_LANE"] = str(lane.dir)
         if not binding_fits_beside(rep):
             result["kernel_lane"] = lane.wait()
+    if not spec.pure_python:  # the extension stays inside torch's glibc floor (builder/glibc_floor.py)
+        result["glibc_floor"] = prepare_glibc_floor(spec, env, venv.get("site"))
     ninja_counter = counter if lane is not None else None  # alone, ninja's [N/M] is the count
     built, parser = compile_wheel(spec, rep, result, vpy, tree, env, py_tag, max_jobs, ninja_counter)
     if lane is not None:

@@ -26,7 +26,7 @@ ext = os.path.join(torch.__path__[0], "utils", "cpp_extension.py")
 print(json.dumps({
     "torch": torch.__version__, "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None),
     "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI), "python": platform.python_version(),
-    "auto_wrap": "TORCH_NO_COMPILER_WRAPPER" in open(ext).read(),
+    "auto_wrap": "TORCH_NO_COMPILER_WRAPPER" in open(ext).read(), "site": os.path.dirname(torch.__path__[0]),
 }))
 """
 # "3.12", or "3.14t" for a free-threaded build (Py_GIL_DISABLED): what `spec.python` names.

@@ -41,6 +41,8 @@ def build_manifest(
             "host_compiler": result.get("host_compiler"),
             "patches_applied": result.get("patches_applied"),
             "torch_build": result.get("torch_build"),
+            # the glibc-floor object linked in, and the tags of the torch wheel the floor is read from
+            "glibc_floor": result.get("glibc_floor"),
             # made earlier: by the host while the images built, or by a prior build
             "venv_reused": result.get("venv_reused"),
             "started": (dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=seconds)).isoformat(),

@@ -10,8 +10,10 @@ For one wheel and its manifest:
    build: `torch==<that build>`; a stable-ABI wheel: `torch>=2.9`), the build record
    `<dist-info>/attnforge_build.json`, RECORD regenerated,
    members sorted with SOURCE_DATE_EPOCH timestamps (same input, same bytes);
-4. verify: every RECORD hash, the core metadata (packaging, strict), `check-wheel-contents`;
-5. write the manifest (`wheel`, `sha256`, `size`, `platform_tag`, `finalize`) beside the new wheel.
+4. the glibc floor: no compiled file needs a symbol version above the manylinux policy of the torch wheel
+   the cell pins (its tags, recorded by the builder; `glibc_floor`);
+5. verify: every RECORD hash, the core metadata (packaging, strict), `check-wheel-contents`;
+6. write the manifest (`wheel`, `sha256`, `size`, `platform_tag`, `finalize`) beside the new wheel.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from packaging.version import Version
 from attnforge.builder.files import sha256_file
 from attnforge.builder.importcheck import NATIVE_SUFFIXES
 from attnforge.core.errors import BuildError, EnvironmentProblem
+from attnforge.wheels.glibc_floor import FloorCheck, check_contents
 from attnforge.wheels.manifest import manifest_path_for, read_manifest, write_manifest
 from attnforge.wheels.naming import TORCH_PROJECT, WheelNames, expected_names, parse_local
 from attnforge.wheels.wheelio import Member, WheelContents, read_wheel, source_date_epoch, write_wheel
@@ -330,6 +333,11 @@ def finalize(
         with tempfile.TemporaryDirectory(prefix=".audit-", dir=out) as tmp:
             result = audit(src, Path(tmp), names.platform, extra_excludes)
             contents = read_wheel(result.repaired) if result.repaired else contents_in
+    floor = FloorCheck(None, PURE_REASON)
+    if not names.pure_python:
+        torch_tags = ((data.get("build") or {}).get("glibc_floor") or {}).get("torch_wheel_tags") or []
+        floor = check_contents(contents, list(torch_tags), names.platform, src.name)
+        log(f"{src.name}: glibc floor {floor.floor or '-'} ({floor.source}); needs {floor.highest}")
     if plats_in != result.platform_tags:
         changes.append(f"platform tag: {'.'.join(plats_in)} -> {'.'.join(result.platform_tags)}")
     log(f"{src.name}: {result.reason}")
@@ -381,10 +389,12 @@ def finalize(
                 "torch_requirement": names.torch_requirement,
                 "source_date_epoch": epoch,
                 "excluded_libs": result.excluded,
+                "glibc_floor": floor.record(),
                 "checks": [
                     "record",
                     "metadata",
                     "pure-python" if names.pure_python else "auditwheel",
+                    *([] if floor.floor is None else ["glibc-floor"]),
                     "check-wheel-contents",
                 ],
                 "changes": changes,
