@@ -51,10 +51,15 @@ def _pins(project: Project) -> dict[str, str]:
 @click.option(
     "--snapshot",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Read a recorded snapshot of the index instead.",
+    envvar="ATTNFORGE_COMPAT_SNAPSHOT",
+    help="Read a recorded snapshot of the index instead ($ATTNFORGE_COMPAT_SNAPSHOT).",
 )
 @click.option(
-    "--index-url", default=PYPI_SIMPLE, show_default=True, help="The simple API to read (an org's mirror)."
+    "--index-url",
+    default=PYPI_SIMPLE,
+    show_default=True,
+    envvar="ATTNFORGE_COMPAT_INDEX_URL",
+    help="The simple API to read: an org's mirror ($ATTNFORGE_COMPAT_INDEX_URL, e.g. in the refresh workflow's env).",
 )
 @click.option("--check", is_flag=True, help="Exit 1 when upstream moved (rows would be added or changed).")
 @click.option("--write", is_flag=True, help="Write the new and changed rows into the overlay.")
