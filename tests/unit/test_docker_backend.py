@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
-from attnforge.core.errors import EnvironmentProblem
+from attnforge.core.errors import ConfigurationError, EnvironmentProblem
 from attnforge.engine.backends.docker import LOCAL_BASE, DockerBackend, build_image
+from attnforge.engine.backends.pip_config import constraint_conflict, pip_options
 from attnforge.engine.progress import PlainProgressView
 from attnforge.matrix.cell import Toolkit
 from attnforge.matrix.project import Project
@@ -100,3 +102,25 @@ def test_the_cuda_step_gets_the_builds_pip_settings_as_secrets(tmp_path: Path) -
     conf = (tmp_path / "pip.conf.seen").read_text()
     assert "index-url = https://idx.example/simple/" in conf
     assert "extra-index-url = https://mirror.example/simple/" in conf and "SECRET-" not in conf
+
+
+def test_a_site_constraint_that_excludes_the_cells_torch_is_named_before_any_image(tmp_path: Path) -> None:
+    """A machine whose pip config caps torch (a site-wide constraints file) cannot make a newer torch's venv:
+    the build says so, naming the file and the line, before a builder image is made."""
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("# site policy\ntorch<=2.14.1\nnumpy<3\n")
+    data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
+    data["build"] |= {"output_dir": str(tmp_path / "wheels"), "local_base": True, "base_images": {}}
+    data["build"]["pip"] = {"inherit_host_config": True}
+    (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    project = Project(tmp_path / "matrix.yaml", MINI)
+    backend = DockerBackend(project, str(fake_docker(tmp_path, [LOCAL_BASE])))
+    backend.pip = pip_options(project.matrix.build.pip, inherit={"constraint": str(constraints)})
+    cell = project.plan("default").valid[0]
+    newer = replace(cell, torch="2.15.0")
+    with pytest.raises(ConfigurationError) as err, PlainProgressView() as view:
+        backend.prepare([newer], view)
+    assert str(constraints) in str(err.value) and "torch<=2.14.1" in str(err.value)
+    assert "torch==2.15.0" in str(err.value) and "inherit_host_config: false" in str(err.value)
+    assert not (tmp_path / "calls").exists()  # nothing was asked of docker
+    assert constraint_conflict(backend.pip, cell.torch) is None  # the cell's own torch 2.14.1 is allowed

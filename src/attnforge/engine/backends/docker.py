@@ -20,12 +20,12 @@ from pathlib import Path
 
 from attnforge.builder.cross import TRIPLES, host_machine
 from attnforge.core.docker_cli import DEFAULT_CA, docker_executable
-from attnforge.core.errors import BuildError, EnvironmentProblem
+from attnforge.core.errors import BuildError, ConfigurationError, EnvironmentProblem
 from attnforge.core.package_files import docker_dir
 from attnforge.core.pins import local_base
 from attnforge.engine.backends.cuda_standin import STANDINS, ensure_cuda_standin, standin_for
 from attnforge.engine.backends.debian_base import BaseImageError, bootstrap_debian_base, image_id
-from attnforge.engine.backends.pip_config import PipOptions, pip_options
+from attnforge.engine.backends.pip_config import PipOptions, constraint_conflict, pip_options
 from attnforge.engine.backends.pip_credentials import CONTAINER_NETRC
 from attnforge.engine.backends.pipplan import pip_secrets, plan_pip
 from attnforge.engine.base_images import is_local_name, load_bases
@@ -271,6 +271,10 @@ class DockerBackend:
     def prepare(self, cells: list[Cell], view: ProgressView) -> None:
         for note in self.pip.notes:
             view.log(note)
+        for c in cells:
+            conflict = None if c.pure_python else constraint_conflict(self.pip, c.torch)
+            if conflict:
+                raise ConfigurationError(f"{c.id}: {conflict}")
         for toolkit in sorted({c.toolkit for c in cells}, key=str):
             if toolkit.kind != "cuda":
                 raise BuildError(

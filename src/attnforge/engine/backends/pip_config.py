@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
 from attnforge.core.index_urls import config_values
 from attnforge.engine.backends.pip_credentials import IndexLogin, NetrcFile, check_netrc, scrub
 from attnforge.matrix.schema import PipSpec
@@ -93,3 +96,32 @@ def pip_options(spec: PipSpec, inherit: dict[str, str] | None = None, base: Path
             path = base / path
         opts.netrc_file = check_netrc(path, "build.pip.netrc")
     return opts
+
+
+def constraint_conflict(opts: PipOptions, torch: str) -> str | None:
+    """Why a `--constraint` file the build hands pip (this machine's pip config) excludes torch==`torch`, or
+    None: said before any image is built, instead of pip refusing the venv deep inside a build."""
+    files = [opts.args[i + 1] for i, a in enumerate(opts.args[:-1]) if a == "--constraint"]
+    for name in files:
+        try:
+            lines = Path(name).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue  # pip names an unreadable file itself
+        for line in lines:
+            text = line.split("#", 1)[0].strip()
+            try:
+                req = Requirement(text) if text else None
+            except InvalidRequirement:
+                continue
+            if (
+                req is not None
+                and canonicalize_name(req.name) == "torch"
+                and req.specifier
+                and not req.specifier.contains(torch, prereleases=True)
+            ):
+                return (
+                    f"this machine's pip constraint file {name} has `{text}`, which excludes torch=={torch}; "
+                    "set `build.pip.inherit_host_config: false` in matrix.yaml (with the indexes the build "
+                    "needs) or build that torch where the site's pip allows it"
+                )
+    return None
