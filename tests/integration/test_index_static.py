@@ -67,6 +67,9 @@ def make_project(root: Path, *wheels: Path) -> Path:
     """A project folder: matrix.yaml with a `local` static destination and the wheels in wheels/."""
     root.mkdir(parents=True)
     write_matrix(root, local={"kind": "static", "path": "wheels/index", "require_parity": False})
+    (
+        root / "wheels"
+    ).mkdir()  # the build's output folder, which the index goes into (publish makes only the last level)
     for w in wheels:
         copy_wheel(w, root / "wheels")
     return root
