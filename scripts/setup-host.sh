@@ -15,6 +15,8 @@ command -v ninja >/dev/null || need_pkgs+=(ninja-build)
 command -v docker-registry >/dev/null || need_pkgs+=(docker-registry)
 command -v htpasswd >/dev/null || need_pkgs+=(apache2-utils)
 command -v shellcheck >/dev/null || need_pkgs+=(shellcheck)
+# the glibc floor of aarch64 wheels (tests/unit/test_glibc_floor.py) and aarch64 cross builds
+command -v aarch64-linux-gnu-g++ >/dev/null || need_pkgs+=(g++-aarch64-linux-gnu)
 # the index page's browser test: headless Chromium driven through its WebDriver
 command -v chromium >/dev/null || need_pkgs+=(chromium)
 command -v chromedriver >/dev/null || need_pkgs+=(chromium-driver)
