@@ -123,4 +123,5 @@ def test_a_site_constraint_that_excludes_the_cells_torch_is_named_before_any_ima
     assert str(constraints) in str(err.value) and "torch<=2.14.1" in str(err.value)
     assert "torch==2.15.0" in str(err.value) and "inherit_host_config: false" in str(err.value)
     assert not (tmp_path / "calls").exists()  # nothing was asked of docker
+    assert backend.host_venv(newer) is None  # and no venv is tried ahead of the images for that torch
     assert constraint_conflict(backend.pip, cell.torch) is None  # the cell's own torch 2.14.1 is allowed

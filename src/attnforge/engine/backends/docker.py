@@ -325,8 +325,9 @@ class DockerBackend:
     def host_venv(self, cell: Cell) -> tuple[str, dict[str, str]] | None:
         """The interpreter and environment with which the host makes ``cell``'s torch venv so that its container
         reuses it (``engine.venv_ahead``): the mounted Python by the path the container finds it at, the same pip
-        settings. None for a cross-compiled cell (its venv holds the target's wheels) or a Python not found."""
-        if cell.platform != host_machine() or cell.pure_python:
+        settings. None for a cross-compiled cell (its venv holds the target's wheels), a Python not found, or a
+        torch the site's pip constraint excludes (`prepare` names it)."""
+        if cell.platform != host_machine() or cell.pure_python or constraint_conflict(self.pip, cell.torch):
             return None
         if cell.python not in self._host_pythons:  # one interpreter query per Python, not per cell
             try:
